@@ -1,0 +1,5 @@
+"""Interventions as explicit `Edit` objects: Steer, Ablate, Patch, and each method's own edits."""
+from interplab.interventions.base import PHASES, Edit, StepContext, broadcast_mask
+from interplab.interventions.basic import Ablate, Patch, Steer
+
+__all__ = ["Edit", "StepContext", "PHASES", "broadcast_mask", "Steer", "Ablate", "Patch"]

@@ -1,0 +1,116 @@
+"""Edits: explicit, printable intervention objects (penzai-style), never hidden global state.
+
+An `Edit` names the sites it touches, the phases it acts in and the positions it edits, and is otherwise a pure
+tensor function. The hook layer calls every edit with an explicit `StepContext`; nothing is inferred from a
+tensor's sequence length."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence, Union
+
+import torch
+
+from interplab.errors import InputError
+
+PHASES = ("prefill", "decode")
+PositionSpec = Union[str, int, Sequence[int], Callable[["StepContext"], torch.Tensor]]
+
+
+@dataclass
+class StepContext:
+    """Where a forward pass is in a run or a generation.
+
+    phase: "prefill" (the prompt forward, or a plain `run`) or "decode" (one KV-cached generation step).
+    step: decode step index (0 for the first decode forward), -1 in prefill.
+    positions: [b, p] absolute position of each column (0 = a row's first real token).
+    prompt_lengths: [b] real prompt length of each row. Positions >= the prompt length are generated tokens.
+    real: [b, p] bool, True for real tokens of rows that are still generating (False for left padding and for
+        rows that already emitted EOS).
+    """
+
+    phase: str
+    step: int
+    positions: torch.Tensor
+    prompt_lengths: torch.Tensor
+    real: torch.Tensor
+
+    def position_phase_mask(self, phases: Sequence[str]) -> torch.Tensor:
+        """[b, p] True where a column belongs to one of `phases`: prompt tokens are prefill, generated tokens decode.
+
+        Defined per position so that a KV-cached decode step and an uncached recomputation of the same sequence
+        select exactly the same tokens."""
+        is_decode = self.positions >= self.prompt_lengths[:, None]
+        mask = torch.zeros_like(is_decode)
+        if "prefill" in phases:
+            mask |= ~is_decode
+        if "decode" in phases:
+            mask |= is_decode
+        return mask
+
+    def mask(self, spec: PositionSpec) -> torch.Tensor:
+        """Turn a position spec into a [b, p] bool mask (before `real` is applied)."""
+        pos, plen = self.positions, self.prompt_lengths[:, None]
+        if callable(spec):
+            out = torch.as_tensor(spec(self), device=pos.device)
+            if out.shape != pos.shape or out.dtype != torch.bool:
+                raise InputError(f"a position callable must return a bool mask of shape {tuple(pos.shape)}, "
+                                 f"got {out.dtype} {tuple(out.shape)}")
+            return out
+        if isinstance(spec, str):
+            if spec == "all":
+                return torch.ones_like(pos, dtype=torch.bool)
+            if spec == "prompt":
+                return pos < plen
+            if spec == "last_prompt":
+                return pos == plen - 1
+            if spec == "decode":
+                return pos >= plen
+            raise InputError(f"unknown position spec {spec!r}; use 'all', 'prompt', 'last_prompt', 'decode', an int, "
+                             "a list of ints (absolute positions) or a callable ctx -> [b, p] bool mask")
+        if isinstance(spec, int):
+            return pos == spec
+        idx = torch.as_tensor(list(spec), device=pos.device, dtype=pos.dtype)
+        return torch.isin(pos, idx)
+
+
+def broadcast_mask(mask: torch.Tensor, x: torch.Tensor, site: str) -> torch.Tensor:
+    """Broadcast a [b, p] position mask onto an activation tensor of the given site."""
+    if site.startswith("attn_pattern"):  # [b, h, q, k]: positions index the query axis
+        return mask[:, None, :, None]
+    return mask.reshape(*mask.shape, *([1] * (x.ndim - 2)))
+
+
+class Edit:
+    """Base class of all interventions.
+
+    Subclasses set `sites` (canonical site names), optionally `phases` and `positions`, and implement
+    `apply(site, x, ctx) -> Tensor` returning the edited activation for the whole tensor. The base class restricts
+    the change to real tokens of the selected phases and positions, so padding and finished rows are never edited.
+    """
+
+    sites: tuple[str, ...] = ()
+    phases: tuple[str, ...] = PHASES
+    positions: PositionSpec = "all"
+
+    def apply(self, site: str, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} must implement apply(site, x, ctx)")
+
+    def is_noop(self) -> bool:
+        """True when the edit provably changes nothing (e.g. zero strength); the hook layer then skips it."""
+        return False
+
+    def __call__(self, site: str, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        if self.is_noop():
+            return x
+        mask = ctx.real & ctx.position_phase_mask(self.phases) & ctx.mask(self.positions)
+        if not bool(mask.any()):
+            return x
+        edited = self.apply(site, x, ctx)
+        if bool(mask.all()):
+            return edited
+        return torch.where(broadcast_mask(mask, x, site), edited, x)
+
+    def _validate_phases(self) -> None:
+        bad = [p for p in self.phases if p not in PHASES]
+        if bad or not self.phases:
+            raise InputError(f"{type(self).__name__}: phases must be a non-empty subset of {PHASES}, got {self.phases}")

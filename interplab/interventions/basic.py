@@ -1,0 +1,121 @@
+"""The built-in edits: Steer (add a vector), Ablate (zero or mean-replace), Patch (write in another run's values)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from interplab.errors import InputError, ShapeError
+from interplab.interventions.base import PHASES, Edit, PositionSpec, StepContext
+
+
+def _vec_repr(v: torch.Tensor) -> str:
+    return f"tensor{tuple(v.shape)} (norm {float(v.float().norm()):.3g})"
+
+
+class Steer(Edit):
+    """x <- x + scale * vector at `site`.
+
+    `vector` is [d] (the site's trailing shape, e.g. [n_heads, d_head] for attn_z) or [b, ...] for one vector per
+    batch row. scale 0 (or an all-zero vector) is skipped entirely, so it is bit-identical to no edit."""
+
+    def __init__(self, site: str, vector, positions: PositionSpec = "all", scale: float = 1.0,
+                 phases: Sequence[str] = PHASES):
+        self.sites = (site,)
+        self.vector = torch.as_tensor(vector)
+        self.positions = positions
+        self.scale = float(scale)
+        self.phases = tuple(phases)
+        self._validate_phases()
+
+    def is_noop(self) -> bool:
+        return self.scale == 0.0 or not bool(self.vector.any())
+
+    def apply(self, site, x, ctx):
+        v = self.vector.to(device=x.device, dtype=x.dtype)
+        trail = x.shape[2:]
+        if tuple(v.shape) == tuple(trail):
+            return x + self.scale * v
+        if v.ndim == len(trail) + 1 and v.shape[0] == x.shape[0] and tuple(v.shape[1:]) == tuple(trail):
+            return x + self.scale * v.reshape(v.shape[0], 1, *trail)
+        raise ShapeError(f"Steer at {site}: vector shape {tuple(v.shape)} fits neither the site's trailing shape "
+                         f"{tuple(trail)} nor [batch={x.shape[0]}, *{tuple(trail)}]")
+
+    def __repr__(self):
+        return (f"Steer(site={self.sites[0]!r}, vector={_vec_repr(self.vector)}, positions={self.positions!r}, "
+                f"scale={self.scale}, phases={self.phases})")
+
+
+class Ablate(Edit):
+    """Replace the activation by zero (default) or by `value` (e.g. a dataset mean), optionally only some heads.
+
+    `heads` selects query heads on attn_z / attn_pattern sites."""
+
+    def __init__(self, site: str, heads: Sequence[int] | int | None = None, positions: PositionSpec = "all",
+                 value=None, phases: Sequence[str] = PHASES):
+        self.sites = (site,)
+        self.heads = [heads] if isinstance(heads, int) else (list(heads) if heads is not None else None)
+        self.positions = positions
+        self.value = None if value is None else torch.as_tensor(value)
+        self.phases = tuple(phases)
+        self._validate_phases()
+        if self.heads is not None and not site.startswith(("attn_z", "attn_pattern")):
+            raise InputError(f"Ablate(heads=...) needs an attn_z or attn_pattern site, got {site!r}")
+
+    def apply(self, site, x, ctx):
+        repl = torch.zeros_like(x) if self.value is None else torch.broadcast_to(
+            self.value.to(device=x.device, dtype=x.dtype), x.shape)
+        if self.heads is None:
+            return repl
+        head_axis = 1 if site.startswith("attn_pattern") else 2
+        n = x.shape[head_axis]
+        if any(not -n <= h < n for h in self.heads):
+            raise InputError(f"Ablate at {site}: heads {self.heads} out of range for {n} heads")
+        sel = torch.zeros(n, dtype=torch.bool, device=x.device)
+        sel[self.heads] = True
+        shape = [1] * x.ndim
+        shape[head_axis] = n
+        return torch.where(sel.reshape(shape), repl, x)
+
+    def __repr__(self):
+        val = "zero" if self.value is None else _vec_repr(self.value)
+        return f"Ablate(site={self.sites[0]!r}, heads={self.heads}, positions={self.positions!r}, value={val})"
+
+
+class Patch(Edit):
+    """Write another run's activations in, indexed by absolute position.
+
+    `source` is [b, n_pos, ...] or [n_pos, ...] where index i holds the value for absolute position i (0 = first
+    real token), so the same Patch works in a plain run, in prefill and in every KV-cached decode step. Use
+    `Patch.from_cache(cache, site)` to build it from a captured (left-padded) run. Positions past n_pos are kept."""
+
+    def __init__(self, site: str, source, positions: PositionSpec = "all", phases: Sequence[str] = PHASES):
+        self.sites = (site,)
+        self.source = torch.as_tensor(source)
+        self.positions = positions
+        self.phases = tuple(phases)
+        self._validate_phases()
+        if site.startswith("attn_pattern"):
+            raise InputError("Patch does not support attn_pattern (the key axis grows during decoding); patch attn_z")
+
+    @classmethod
+    def from_cache(cls, cache, site: str, **kwargs) -> "Patch":
+        return cls(site, cache.by_position(site), **kwargs)
+
+    def apply(self, site, x, ctx: StepContext):
+        src = self.source.to(device=x.device, dtype=x.dtype)
+        if src.ndim == x.ndim - 1:
+            src = src.unsqueeze(0).expand(x.shape[0], *src.shape)
+        if src.ndim != x.ndim or src.shape[0] != x.shape[0] or tuple(src.shape[2:]) != tuple(x.shape[2:]):
+            raise ShapeError(f"Patch at {site}: source {tuple(self.source.shape)} does not fit activations "
+                             f"{tuple(x.shape)} (expected [b, n_pos, *{tuple(x.shape[2:])}] or [n_pos, ...])")
+        n_pos = src.shape[1]
+        pos = ctx.positions.clamp(min=0)
+        inside = pos < n_pos
+        idx = pos.clamp(max=n_pos - 1)
+        gathered = torch.gather(src, 1, idx.reshape(*idx.shape, *([1] * (x.ndim - 2))).expand(*idx.shape, *x.shape[2:]))
+        keep = inside.reshape(*inside.shape, *([1] * (x.ndim - 2)))
+        return torch.where(keep, gathered, x)
+
+    def __repr__(self):
+        return f"Patch(site={self.sites[0]!r}, source={tuple(self.source.shape)}, positions={self.positions!r})"

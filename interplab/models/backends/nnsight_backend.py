@@ -1,0 +1,129 @@
+"""nnsight 0.8 backend: canonical sites -> module paths of the Hugging Face model, read/written inside a trace."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from interplab.errors import InterplabError, SiteError
+from interplab.models.backends.base import ForwardRequest, ForwardResult, apply_edits, hf_forward_kwargs
+from interplab.sites import Site
+
+
+@dataclass(frozen=True)
+class ModulePaths:
+    """Attribute paths into a causal-LM module tree (relative to the top-level model)."""
+
+    layers: str
+    attn: str
+    o_proj: str
+    mlp: str
+    final_norm: str
+    lm_head: str = "lm_head"
+
+
+LLAMA_LIKE = ModulePaths(layers="model.layers", attn="self_attn", o_proj="self_attn.o_proj", mlp="mlp",
+                         final_norm="model.norm")
+GPT2 = ModulePaths(layers="transformer.h", attn="attn", o_proj="attn.c_proj", mlp="mlp", final_norm="transformer.ln_f")
+PATHS_BY_MODEL_TYPE = {"gpt2": GPT2, "llama": LLAMA_LIKE, "qwen2": LLAMA_LIKE, "mistral": LLAMA_LIKE,
+                       "qwen3": LLAMA_LIKE, "gemma": LLAMA_LIKE, "gemma2": LLAMA_LIKE, "olmo": LLAMA_LIKE,
+                       "phi3": LLAMA_LIKE}
+
+
+def _get(root, path: str):
+    for part in path.split("."):
+        root = root[int(part)] if part.isdigit() else getattr(root, part)
+    return root
+
+
+class NNsightBackend:
+    name = "nnsight"
+    editable_kinds = frozenset({"resid_pre", "resid_post", "attn_z", "attn_out", "mlp_out", "final_norm", "logits"})
+
+    def __init__(self, hf_model, n_heads: int, d_head: int):
+        from nnsight import NNsight
+
+        mt = hf_model.config.model_type
+        if mt not in PATHS_BY_MODEL_TYPE:
+            raise InterplabError(
+                f"the nnsight backend has no module map for model_type {mt!r} (known: {sorted(PATHS_BY_MODEL_TYPE)}); "
+                "use backend='bridge', or add a ModulePaths entry in interplab/models/backends/nnsight_backend.py")
+        self.paths = PATHS_BY_MODEL_TYPE[mt]
+        self.hf_model = hf_model
+        self.nn = NNsight(hf_model)
+        self.n_layers = len(_get(hf_model, self.paths.layers))
+        self.n_heads, self.d_head = n_heads, d_head
+
+    def _block(self, layer: int):
+        return _get(self.nn, self.paths.layers)[layer]
+
+    def _visit(self, site: Site, req: ForwardRequest, captures: dict) -> None:
+        """Read the site's activation inside the trace, apply edits, write it back, and capture it."""
+        kind, p = site.kind, self.paths
+        edits = req.edits.get(site)
+        if kind == "attn_pattern" and edits:
+            raise SiteError("editing attn_pattern needs the bridge backend (HF attention returns the pattern but "
+                            "does not read it back); use backend='bridge' or edit attn_z")
+        if kind in ("resid_pre",):
+            mod = self._block(site.layer)
+            x = mod.input
+            new = apply_edits(site, x, req)
+            if edits:
+                mod.input = new
+        elif kind == "resid_post":
+            mod = self._block(site.layer)
+            x = mod.output
+            if isinstance(x, tuple):  # transformers 4-style block outputs
+                new = apply_edits(site, x[0], req)
+                if edits:
+                    mod.output = (new, *x[1:])
+            else:
+                new = apply_edits(site, x, req)
+                if edits:
+                    mod.output = new
+        elif kind == "attn_z":
+            mod = _get(self._block(site.layer), p.o_proj)
+            flat = mod.input
+            x = flat.reshape(*flat.shape[:-1], self.n_heads, self.d_head)
+            new = apply_edits(site, x, req)
+            if edits:
+                mod.input = new.reshape(flat.shape)
+        elif kind in ("attn_out", "attn_pattern"):
+            mod = _get(self._block(site.layer), p.attn)
+            out = mod.output
+            x = out[0] if kind == "attn_out" else out[1]
+            if kind == "attn_pattern" and x is None:
+                raise InterplabError("the attention module returned no pattern; load the model with "
+                                     "attn_implementation='eager' (load_model does this)")
+            new = apply_edits(site, x, req)
+            if edits:
+                mod.output = (new, *out[1:])
+        elif kind in ("mlp_out", "final_norm", "logits"):
+            path = {"mlp_out": None, "final_norm": p.final_norm, "logits": p.lm_head}[kind]
+            mod = _get(self._block(site.layer), p.mlp) if kind == "mlp_out" else _get(self.nn, path)
+            x = mod.output
+            new = apply_edits(site, x, req)
+            if edits:
+                mod.output = new
+        else:  # pragma: no cover - parse_site guarantees the kind
+            raise SiteError(f"unsupported site {site}")
+        if site in req.capture:
+            captures[site.name] = new.detach().clone().save()
+
+    def forward(self, req: ForwardRequest) -> ForwardResult:
+        captures: dict[str, torch.Tensor] = {}
+        stop = req.stop_site(self.n_layers)
+        out = None
+        with torch.no_grad():
+            with self.nn.trace(**hf_forward_kwargs(req)) as tracer:
+                for site in req.sites_in_order(self.n_layers):
+                    self._visit(site, req, captures)
+                if stop is not None:
+                    tracer.stop()
+                else:
+                    out = self.nn.output.save()
+        captures = {k: v for k, v in captures.items()}
+        if out is None:
+            return ForwardResult(None, captures, None)
+        kv = getattr(out, "past_key_values", None) if req.use_cache else None
+        return ForwardResult(out.logits if req.need_logits else None, captures, kv)

@@ -1,0 +1,233 @@
+"""LabModel: one interface over both backends. Tokenizing, padding, the generation loop and output shapes live here
+once; backends only run single forwards."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from interplab.errors import InputError
+from interplab.interventions.base import Edit, StepContext
+from interplab.models.backends.base import ForwardRequest
+from interplab.models.inputs import Batch, to_batch
+from interplab.models.outputs import Cache, GenerateOutput, RunOutput
+from interplab.sites import Site, parse_site, parse_sites, valid_sites
+
+
+class LabModel:
+    """A causal LM with canonical activation sites, captures and explicit edits.
+
+    Attributes: n_layers, n_heads (query heads), n_kv_heads, d_model, d_head, d_vocab, n_ctx, tokenizer,
+    hf_model (the transformers module), name, backend, device, dtype."""
+
+    def __init__(self, backend_impl, tokenizer, *, name: str, path: str | None = None):
+        self._impl = backend_impl
+        self.tokenizer = tokenizer
+        self.hf_model = backend_impl.hf_model
+        self.name = name
+        self.path = path
+        cfg = self.hf_model.config
+        self.config = cfg
+        self.n_layers = int(backend_impl.n_layers)
+        self.n_heads = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
+        self.n_kv_heads = int(getattr(cfg, "num_key_value_heads", None) or self.n_heads)
+        self.d_model = int(getattr(cfg, "hidden_size", None) or cfg.n_embd)
+        self.d_head = int(getattr(cfg, "head_dim", None) or self.d_model // self.n_heads)
+        self.d_vocab = int(cfg.vocab_size)
+        self.n_ctx = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", 2048))
+        p = next(self.hf_model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.eos_token_id = tokenizer.eos_token_id
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    @property
+    def backend(self) -> str:
+        return self._impl.name
+
+    def __repr__(self) -> str:
+        return (f"LabModel({self.name!r}, backend={self.backend!r}, n_layers={self.n_layers}, n_heads={self.n_heads}, "
+                f"n_kv_heads={self.n_kv_heads}, d_model={self.d_model}, d_head={self.d_head}, d_vocab={self.d_vocab}, "
+                f"device={str(self.device)!r}, dtype={str(self.dtype).replace('torch.', '')!r})")
+
+    # ----------------------------------------------------------------- inputs and sites
+    def sites(self) -> list[str]:
+        """Every valid canonical site name for this model."""
+        return valid_sites(self.n_layers)
+
+    def site(self, name: str) -> Site:
+        return parse_site(name, self.n_layers)
+
+    def tokenize(self, inputs: Any, *, add_special_tokens: bool = True) -> Batch:
+        """Left-padded Batch with position ids counting real tokens only."""
+        batch = to_batch(inputs, self.tokenizer, add_special_tokens=add_special_tokens)
+        if batch.input_ids.shape[1] > self.n_ctx:
+            raise InputError(f"prompt of {batch.input_ids.shape[1]} tokens is longer than the model's context of "
+                             f"{self.n_ctx} tokens; truncate it")
+        if int(batch.input_ids.max()) >= self.d_vocab or int(batch.input_ids.min()) < 0:
+            raise InputError(f"token ids must lie in [0, {self.d_vocab}); got max {int(batch.input_ids.max())}")
+        return batch.to(self.device)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of a chat rendered with the checkpoint's own chat template."""
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise InputError(f"{self.name} has no chat template; pass plain text instead")
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def _edits_by_site(self, edits: Iterable[Edit] | None, padded: bool = False) -> dict[Site, list[Edit]]:
+        out: dict[Site, list[Edit]] = {}
+        if padded:
+            for layer in range(self.n_layers):
+                out[Site("resid_post", layer)] = [_PAD_GUARD]
+        for e in edits or ():
+            if not isinstance(e, Edit):
+                raise InputError(f"edits must be interplab.interventions.Edit objects, got {type(e).__name__}")
+            for s in e.sites:
+                site = parse_site(s, self.n_layers)
+                if site.kind not in self._impl.editable_kinds:
+                    raise InputError(f"the {self.backend} backend cannot edit {site.kind}; "
+                                     f"editable: {sorted(self._impl.editable_kinds)}")
+                out.setdefault(site, []).append(e)
+        return out
+
+    # ----------------------------------------------------------------- forward passes
+    def run(self, inputs: Any, capture: Sequence[str] | str = (), edits: Sequence[Edit] | None = None,
+            *, logits: bool = True) -> RunOutput:
+        """One forward over a (left-padded) batch; captures only the requested sites.
+
+        With logits=False the forward stops right after the deepest captured site."""
+        batch = self.tokenize(inputs)
+        sites = parse_sites(capture, self.n_layers) if capture else []
+        ctx = StepContext("prefill", -1, batch.position_ids, batch.lengths, batch.attention_mask.bool())
+        if not logits and not sites:
+            raise InputError("run(logits=False) needs at least one site in capture=[...]")
+        req = ForwardRequest(batch.input_ids, batch.attention_mask, batch.position_ids, ctx, sites,
+                             self._edits_by_site(edits, _has_padding(batch)), need_logits=logits)
+        res = self._impl.forward(req)
+        return RunOutput(res.logits, Cache(res.captures, batch), batch)
+
+    @torch.no_grad()
+    def generate(self, inputs: Any, max_new_tokens: int = 16, edits: Sequence[Edit] | None = None,
+                 capture: Sequence[str] | str = (), *, greedy: bool = True, temperature: float = 1.0,
+                 seed: int | None = None, stop_at_eos: bool = True, use_cache: bool = True,
+                 return_logits: bool = True) -> GenerateOutput:
+        """Generate with the KV cache (use_cache=False recomputes the whole sequence each step: the reference).
+
+        Every edit sees an explicit StepContext; captures of the prompt forward go to `prefill_cache`, captures of
+        each decode forward to `decode_cache[site]` as [b, n_steps, ...] (the state of the token fed at that step)."""
+        if max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not greedy and temperature <= 0:
+            raise InputError("sampling needs temperature > 0 (or greedy=True)")
+        batch = self.tokenize(inputs)
+        b, T = batch.input_ids.shape
+        if int(batch.lengths.max()) + max_new_tokens > self.n_ctx:
+            raise InputError(f"prompt ({int(batch.lengths.max())} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+                             f"the model's context of {self.n_ctx} tokens")
+        sites = parse_sites(capture, self.n_layers) if capture else []
+        edit_map = self._edits_by_site(edits, _has_padding(batch))
+        gen = torch.Generator(device="cpu")
+        if seed is not None:
+            gen.manual_seed(seed)
+
+        def pick(step_logits: torch.Tensor) -> torch.Tensor:
+            if greedy:
+                return step_logits.argmax(-1)
+            probs = torch.softmax(step_logits.float() / temperature, -1).cpu()
+            return torch.multinomial(probs, 1, generator=gen).squeeze(-1).to(step_logits.device)
+
+        ids, mask, pos = batch.input_ids, batch.attention_mask, batch.position_ids
+        plen = batch.lengths
+        active = torch.ones(b, dtype=torch.bool, device=ids.device)
+        ctx = StepContext("prefill", -1, pos, plen, mask.bool())
+        res = self._impl.forward(ForwardRequest(ids, mask, pos, ctx, sites, edit_map, use_cache=use_cache))
+        prefill_cache = Cache(res.captures, batch)
+        kv = res.kv
+        last_logits = res.logits[:, -1]
+        new_cols, logit_steps, actives = [], [], []
+        step_caps: dict[str, list[torch.Tensor]] = {s.name: [] for s in sites}
+        for step in range(max_new_tokens):
+            nxt = pick(last_logits)
+            nxt = torch.where(active, nxt, torch.full_like(nxt, self.pad_token_id))
+            new_cols.append(nxt)
+            if return_logits:
+                logit_steps.append(last_logits)
+            if stop_at_eos and self.eos_token_id is not None:
+                active = active & (nxt != self.eos_token_id)
+            if step == max_new_tokens - 1 or not bool(active.any()):
+                break
+            # Feed the new token: positions continue each row's real-token count.
+            mask = torch.cat([mask, torch.ones(b, 1, dtype=mask.dtype, device=mask.device)], 1)
+            ids = torch.cat([ids, nxt[:, None]], 1)
+            new_pos = (plen + step)[:, None]
+            actives.append(active)
+            if use_cache:
+                ctx = StepContext("decode", step, new_pos, plen, active[:, None])
+                req = ForwardRequest(nxt[:, None], mask, new_pos, ctx, sites, edit_map, kv=kv, use_cache=True)
+                res = self._impl.forward(req)
+                kv = res.kv
+                last_logits = res.logits[:, -1]
+                for s in sites:
+                    step_caps[s.name].append(res.captures[s.name])
+            else:
+                full_pos = torch.cat([pos, plen[:, None] + torch.arange(step + 1, device=ids.device)[None]], 1)
+                real = torch.cat([batch.attention_mask.bool(),
+                                  torch.stack(actives, 1) if actives else torch.ones(b, 0, dtype=torch.bool,
+                                                                                    device=ids.device)], 1)
+                # Rows that finished keep their earlier generated tokens "real" only while they were generating.
+                ctx = StepContext("decode", step, full_pos, plen, real)
+                res = self._impl.forward(ForwardRequest(ids, mask, full_pos, ctx, sites, edit_map))
+                last_logits = res.logits[:, -1]
+                for s in sites:
+                    step_caps[s.name].append(_last_col(res.captures[s.name], s))
+        new = torch.stack(new_cols, 1)
+        tokens = torch.cat([batch.input_ids, new], 1)
+        new_lists = []
+        for i in range(b):
+            row = []
+            for t in new[i].tolist():
+                row.append(t)
+                if stop_at_eos and t == self.eos_token_id:
+                    break
+            new_lists.append(row)
+        text = [self.tokenizer.decode([t for t in r if t != self.eos_token_id], skip_special_tokens=False).strip()
+                for r in new_lists]
+        # attn_pattern keys grow every step, so its decode captures stay a list of [b, h, 1, k_t]
+        decode_cache = {k: (v if k.startswith("attn_pattern") else torch.cat(v, 1)) if v else torch.zeros(0)
+                        for k, v in step_caps.items()}
+        decode_active = torch.stack(actives, 1) if actives else torch.zeros(b, 0, dtype=torch.bool)
+        return GenerateOutput(tokens=tokens, new_tokens=new_lists, text=text, batch=batch,
+                              prefill_cache=prefill_cache, decode_cache=decode_cache, decode_active=decode_active,
+                              step_logits=torch.stack(logit_steps, 1) if logit_steps else None)
+
+
+class _PadNaNGuard(Edit):
+    """Zero non-finite values at left-padding positions of the residual stream.
+
+    A padding query row sees no key, and eager attention in float64 turns it into NaN; through 0 * NaN in the next
+    layer's pattern @ V that NaN would reach real tokens. Real positions are never touched."""
+
+    def __call__(self, site, x, ctx):
+        pad = ~ctx.real
+        if not bool(pad.any()):
+            return x
+        return torch.where(pad[..., None] & ~torch.isfinite(x), torch.zeros((), dtype=x.dtype, device=x.device), x)
+
+    def __repr__(self):
+        return "_PadNaNGuard()"
+
+
+_PAD_GUARD = _PadNaNGuard()
+
+
+def _has_padding(batch: Batch) -> bool:
+    return not bool(batch.attention_mask.all())
+
+
+def _last_col(x: torch.Tensor, site: Site) -> torch.Tensor:
+    """The newest position of a full-sequence capture, shaped like a cached decode capture."""
+    if site.kind == "attn_pattern":
+        return x[:, :, -1:]
+    return x[:, -1:]

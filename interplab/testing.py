@@ -1,0 +1,64 @@
+"""Random Hugging Face checkpoints built from configs, for tests and benchmarks (no downloads).
+
+`make_random_checkpoint("llama", dir)` writes an ordinary checkpoint directory (config.json, model.safetensors,
+word-level tokenizer with the ChatML chat template) that `interplab.load_model(dir)` and
+`transformers.AutoModelForCausalLM.from_pretrained(dir)` both load."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from interplab.data.tokenizers import build_word_tokenizer
+
+ARCHS = ("gpt2", "llama", "qwen2", "mistral")
+
+
+def test_words(vocab: int) -> list[str]:
+    """The word list of a random checkpoint: chat role names first, then w0, w1, ..."""
+    base = ["system", "user", "assistant"]
+    return base + [f"w{i}" for i in range(max(0, vocab - 6 - len(base)))]
+
+
+def make_config(arch: str, *, n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, vocab=64, n_ctx=128, d_mlp=None):
+    from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+
+    d_head = d_model // n_heads
+    d_mlp = d_mlp or 2 * d_model
+    special = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if arch == "gpt2":
+        return GPT2Config(vocab_size=vocab, n_embd=d_model, n_layer=n_layers, n_head=n_heads, n_positions=n_ctx,
+                          n_inner=d_mlp, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special)
+    common = dict(vocab_size=vocab, hidden_size=d_model, intermediate_size=d_mlp, num_hidden_layers=n_layers,
+                  num_attention_heads=n_heads, num_key_value_heads=n_kv_heads, head_dim=d_head,
+                  max_position_embeddings=n_ctx, tie_word_embeddings=False, **special)
+    if arch == "llama":
+        return LlamaConfig(**common)
+    if arch == "qwen2":
+        return Qwen2Config(**common)
+    if arch == "mistral":
+        return MistralConfig(sliding_window=None, **common)
+    raise ValueError(f"unknown arch {arch!r}; use one of {ARCHS}")
+
+
+def make_random_checkpoint(arch: str, path, *, n_layers: int = 2, d_model: int = 64, n_heads: int = 4,
+                           n_kv_heads: int = 2, vocab: int = 64, n_ctx: int = 128, seed: int = 0,
+                           init_std: float | None = None) -> Path:
+    """Write a randomly initialised checkpoint of `arch` to `path` and return the path.
+
+    init_std defaults to 0.2 (larger than HF's 0.02) so random models have non-trivial attention and varied
+    next-token predictions, which makes parity and edit tests able to fail."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    cfg = make_config(arch, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, vocab=vocab,
+                      n_ctx=n_ctx)
+    cfg.initializer_range = 0.2 if init_std is None else init_std
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg)
+    tok = build_word_tokenizer(test_words(vocab))
+    assert len(tok) <= vocab, (len(tok), vocab)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path

@@ -1,0 +1,56 @@
+"""Shared fixtures: offline environment, random checkpoints per architecture, loaded models per backend."""
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["WANDB_MODE"] = "disabled"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+ARCHS = ("gpt2", "llama", "qwen2", "mistral")
+
+
+@pytest.fixture(scope="session")
+def checkpoint_factory(tmp_path_factory):
+    """factory(arch, **kw) -> Path of a random checkpoint; identical requests share one directory."""
+    from interplab.testing import make_random_checkpoint
+
+    made = {}
+
+    def make(arch="llama", **kw):
+        key = (arch, tuple(sorted(kw.items())))
+        if key not in made:
+            made[key] = make_random_checkpoint(arch, tmp_path_factory.mktemp(f"ckpt_{arch}"), **kw)
+        return made[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def model_factory(checkpoint_factory):
+    """factory(arch, backend="bridge", dtype=None, **ckpt_kw) -> LabModel, cached for the session."""
+    import interplab
+
+    loaded = {}
+
+    def load(arch="llama", backend="bridge", dtype=None, **kw):
+        key = (arch, backend, str(dtype), tuple(sorted(kw.items())))
+        if key not in loaded:
+            loaded[key] = interplab.load_model(checkpoint_factory(arch, **kw), backend=backend, device="cpu",
+                                               dtype=dtype)
+        return loaded[key]
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def llama_ckpt(checkpoint_factory):
+    return checkpoint_factory("llama", n_layers=3)
+
+
+@pytest.fixture(scope="session")
+def llama(model_factory):
+    return model_factory("llama", n_layers=3)

@@ -1,0 +1,75 @@
+"""Bad inputs give clear, typed errors."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+import interplab
+from interplab.errors import CheckpointError, InputError, InterplabError, ModelNotFoundError, SiteError
+
+
+def test_unknown_hub_id_fails_fast_offline():
+    t = time.perf_counter()
+    with pytest.raises(ModelNotFoundError) as e:
+        interplab.load_model("no-such-org/no-such-model-xyz")
+    assert time.perf_counter() - t < 2.0
+    assert "no-such-org/no-such-model-xyz" in str(e.value) and "zoo:" in str(e.value)
+
+
+def test_unknown_id_fails_fast_in_a_fresh_process():
+    code = ("import time,interplab;t=time.perf_counter()\n"
+            "try: interplab.load_model('no-such-org/model')\n"
+            "except interplab.ModelNotFoundError: print(time.perf_counter()-t)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert float(out.stdout.strip()) < 2.0, out.stderr
+
+
+def test_missing_directory_and_bad_backend(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="no checkpoint directory"):
+        interplab.load_model(str(tmp_path / "nope" / "deeper"))
+    with pytest.raises(InputError, match="backend"):
+        interplab.load_model(str(tmp_path), backend="vllm")
+
+
+def test_corrupt_checkpoints(tmp_path, llama_ckpt):
+    import shutil
+
+    with pytest.raises(CheckpointError, match="config.json"):
+        interplab.load_model(str(tmp_path))
+    bad = tmp_path / "bad"
+    shutil.copytree(llama_ckpt, bad)
+    (bad / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="no model.safetensors"):
+        interplab.load_model(str(bad))
+    (bad / "model.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        interplab.load_model(str(bad))
+
+
+def test_bad_sites(llama):
+    with pytest.raises(SiteError, match="out of range.*3 layers") as e:
+        llama.run("w1", capture=["resid_post.7"])
+    assert "resid_pre.L" in str(e.value)
+    with pytest.raises(SiteError, match="unknown site"):
+        llama.run("w1", capture=["resid_mid.0"])
+    with pytest.raises(SiteError, match="needs a layer index"):
+        llama.run("w1", capture=["attn_z"])
+    with pytest.raises(SiteError, match="not captured"):
+        llama.run("w1", capture=["resid_post.0"]).cache["resid_post.1"]
+    assert issubclass(SiteError, InterplabError)
+
+
+def test_bad_inputs(llama):
+    for bad in ["", "   ", [], [[]]]:
+        with pytest.raises(InputError):
+            llama.run(bad)
+    with pytest.raises(InputError, match="longer than the model's context"):
+        llama.run("w1 " * 500)
+    with pytest.raises(InputError, match="exceeds"):
+        llama.generate("w1 " * 100, max_new_tokens=100)
+    with pytest.raises(InputError, match="Edit"):
+        llama.run("w1", edits=["resid_post.0"])
+    with pytest.raises(InputError, match="vocab|token ids"):
+        llama.run([[1, 2, 10_000]])

@@ -1,0 +1,4 @@
+"""interplab benchmarks: `python -m benchmarks.harness NAME|all [--md]`.
+
+Each `bench_*.py` module exposes `BENCHMARKS = {name: callable}`; a callable takes no arguments, measures in this
+process, and returns dict(ours=seconds, anchor=seconds, ratio=float, goal=str, ok=bool, extra=dict|str)."""

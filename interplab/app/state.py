@@ -1,0 +1,124 @@
+"""Shared app state: the bounded model cache and the default model.
+
+Models are cached with `st.cache_resource(max_entries=2)` keyed on everything that changes the loaded object:
+name (a local path is resolved to an absolute path), backend, device, dtype, and the checkpoint's modification
+stamp (so a retrained checkpoint at the same path is reloaded). Nothing is keyed on `id()`, and the cached
+`LabModel` is never mutated by pages."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from interplab.errors import InputError, InterplabError
+
+DEFAULT_MODEL = "zoo:toy-chat"
+DEFAULT_MODEL_ENV = "INTERPLAB_DEFAULT_MODEL"
+BACKENDS = ("bridge", "nnsight")
+DTYPES = ("float32", "bfloat16", "float16")
+FALLBACK_ZOO_NAMES = ("toy-chat", "toy-base", "toy-base-s2", "text-base")
+
+__all__ = [
+    "DEFAULT_MODEL", "BACKENDS", "DTYPES", "default_model", "get_model", "try_get_model", "normalize_name",
+    "zoo_names", "zoo_organisms", "devices", "model_help",
+]
+
+
+def default_model() -> str:
+    """The model pages start with: $INTERPLAB_DEFAULT_MODEL (set by `interplab app --model`), else zoo:toy-chat."""
+    return (os.environ.get(DEFAULT_MODEL_ENV) or "").strip() or DEFAULT_MODEL
+
+
+def normalize_name(name: str) -> str:
+    """A stable cache key for a model name: local directories become absolute paths."""
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("no model given: pick a zoo organism or type a local checkpoint directory")
+    name = name.strip()
+    if name.startswith("zoo:"):
+        return name
+    p = Path(name).expanduser()
+    return str(p.resolve()) if p.exists() else name
+
+
+def _stamp(name: str) -> float:
+    """Modification time of a local checkpoint's weights/config (0 for zoo names and hub ids)."""
+    p = Path(name)
+    if not p.is_dir():
+        return 0.0
+    times = [q.stat().st_mtime for q in (p / "model.safetensors", p / "config.json",
+                                        p / "model.safetensors.index.json") if q.exists()]
+    return max(times, default=0.0)
+
+
+@st.cache_resource(max_entries=2, show_spinner="Loading model...")
+def _load(name: str, backend: str, device: str, dtype: str, stamp: float):  # noqa: ARG001 - stamp is a cache key
+    import interplab
+
+    return interplab.load_model(name, backend=backend, device=device, dtype=dtype)
+
+
+def get_model(name: str, backend: str = "bridge", device: str = "cpu", dtype: str = "float32"):
+    """The LabModel for (name, backend, device, dtype), loaded once and kept in a 2-entry cache.
+
+    Raises the loader's `InterplabError` (unknown model, bad checkpoint, ...) unchanged; errors are not cached."""
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend {backend!r}; use one of {BACKENDS}")
+    key = normalize_name(name)
+    return _load(key, str(backend), str(device), str(dtype), _stamp(key))
+
+
+def model_help(name: str) -> str:
+    """What to do when `name` cannot be loaded (markdown)."""
+    zoo = name.strip()[4:] if isinstance(name, str) and name.strip().startswith("zoo:") else None
+    lines = ["**What to do:**",
+             "- type the path of a local Hugging Face checkpoint directory (config.json + model.safetensors + "
+             "tokenizer files) in the sidebar's *Local checkpoint* box, or"]
+    if zoo:
+        lines.append(f"- build the model organism: `interplab zoo train {zoo}` (then reload this page), or")
+    else:
+        lines.append("- pick a zoo organism in the sidebar (build one with `interplab zoo train toy-chat`), or")
+    lines.append("- start the app on another model: `interplab app --model PATH_OR_zoo:NAME`.")
+    return "\n".join(lines)
+
+
+def try_get_model(name: str, backend: str = "bridge", device: str = "cpu", dtype: str = "float32"):
+    """(model, None) or (None, message): never raises, so a page can explain instead of crashing."""
+    try:
+        return get_model(name, backend=backend, device=device, dtype=dtype), None
+    except InterplabError as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - a page must not crash on a model it cannot load
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def zoo_organisms() -> list[tuple[str, bool]]:
+    """[(name, available)] for the zoo's organisms (available = weights shipped or built locally)."""
+    try:
+        from interplab.zoo import list_organisms
+
+        rows = [(str(r.name), bool(getattr(r, "available", True))) for r in list_organisms()]
+        if rows:
+            return rows
+    except Exception:  # noqa: BLE001 - the picker must work without a zoo
+        pass
+    return [(n, False) for n in FALLBACK_ZOO_NAMES]
+
+
+def zoo_names() -> list[str]:
+    """Names of the zoo's organisms."""
+    return [n for n, _ in zoo_organisms()]
+
+
+def devices() -> list[str]:
+    out = ["cpu"]
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            out.append("mps")
+    except Exception:  # noqa: BLE001
+        pass
+    return out

@@ -1,0 +1,115 @@
+"""Reusable Streamlit widgets: figures with export buttons, the sidebar model picker, model loading with help.
+
+Typical page:
+
+    from interplab.app.widgets import model_picker, require_model, show_figure
+    name, backend = model_picker("model")
+    model = require_model(name, backend)          # shows what to do and stops the page when it cannot load
+    show_figure(my_figure_builder(result), key="scores")
+"""
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+
+from interplab.app import state
+
+__all__ = ["show_figure", "model_picker", "require_model", "picked_device_dtype", "static_export_available"]
+
+
+@st.cache_data(ttl=300, show_spinner=False)
+def static_export_available() -> bool:
+    """Is a Chromium available for PNG/SVG/PDF export (checked at most every 5 minutes)."""
+    from interplab.figures.export import chromium_available
+
+    return chromium_available()
+
+
+def _file_stem(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(key)).strip("_") or "figure"
+
+
+def show_figure(fig, key: str, *, filename: str | None = None, exports: bool = True):
+    """st.plotly_chart plus download buttons: HTML always, PNG/SVG/PDF when a Chromium is available.
+
+    Static images are rendered only when their button is clicked (deferred downloads), through the same
+    `interplab.figures.export` code path as scripts and the CLI."""
+    import plotly.graph_objects as go
+
+    from interplab.figures.export import MIME_TYPES, STATIC_FORMATS, render
+
+    st.plotly_chart(fig, key=f"{key}__chart", width="stretch", config={"displaylogo": False})
+    if not exports:
+        return
+    frozen = go.Figure(fig)  # a private copy: the page may keep mutating `fig`
+    stem = _file_stem(filename or key)
+    formats = ["html"] + (list(STATIC_FORMATS) if static_export_available() else [])
+    cols = st.columns(len(formats) + (0 if len(formats) > 1 else 1))
+    for col, fmt in zip(cols, formats):
+        with col:
+            st.download_button(
+                f"{fmt.upper()}", data=(lambda f=fmt: render(frozen, f)), file_name=f"{stem}.{fmt}",
+                mime=MIME_TYPES[fmt], key=f"{key}__dl_{fmt}", on_click="ignore",
+                help=f"download this figure as {fmt.upper()}",
+            )
+    if len(formats) == 1:
+        with cols[-1]:
+            st.caption("PNG/SVG/PDF export needs Chromium (`apt-get install chromium`).")
+
+
+def model_picker(key: str = "model", *, sidebar: bool = True) -> tuple[str, str]:
+    """Sidebar widget: a zoo organism or a local checkpoint path, and a backend. Returns (name, backend).
+
+    The last choice is remembered across pages in `st.session_state["interplab_model"]`."""
+    box = st.sidebar if sidebar else st
+    remembered = st.session_state.get("interplab_model") or {}
+    default = remembered.get("name") or state.default_model()
+    organisms = dict(state.zoo_organisms())
+    zoo = list(organisms)
+    default_zoo = default[4:] if default.startswith("zoo:") else None
+    if default_zoo and default_zoo not in zoo:
+        zoo = [default_zoo] + zoo
+    default_path = "" if default.startswith("zoo:") else default
+
+    with box:
+        st.subheader("Model")
+        organism = st.selectbox("Zoo organism", zoo, index=zoo.index(default_zoo) if default_zoo in zoo else 0,
+                                key=f"{key}_zoo",
+                                format_func=lambda n: n if organisms.get(n, True) else f"{n} (not built)",
+                                help="interplab's own small model organisms (`interplab zoo list`); build a missing "
+                                     "one with `interplab zoo train NAME`")
+        path = st.text_input("Local checkpoint (overrides the organism)", value=default_path, key=f"{key}_path",
+                             placeholder="/path/to/hf-checkpoint-dir",
+                             help="A Hugging Face checkpoint directory: config.json, model.safetensors, tokenizer "
+                                  "files. A hub id works where the hub is reachable.")
+        backend_default = remembered.get("backend", "bridge")
+        backend = st.selectbox("Backend", list(state.BACKENDS), index=list(state.BACKENDS).index(backend_default),
+                               key=f"{key}_backend", help="bridge = TransformerLens TransformerBridge; nnsight")
+        with st.expander("Device and precision"):
+            devs = state.devices()
+            st.selectbox("Device", devs, index=devs.index(remembered.get("device", "cpu"))
+                         if remembered.get("device", "cpu") in devs else 0, key=f"{key}_device")
+            st.selectbox("dtype", list(state.DTYPES), index=list(state.DTYPES).index(remembered.get("dtype", "float32")),
+                         key=f"{key}_dtype")
+    name = path.strip() if path and path.strip() else f"zoo:{organism}"
+    device, dtype = picked_device_dtype(key)
+    st.session_state["interplab_model"] = {"name": name, "backend": backend, "device": device, "dtype": dtype}
+    return name, backend
+
+
+def picked_device_dtype(key: str = "model") -> tuple[str, str]:
+    return (st.session_state.get(f"{key}_device", "cpu"), st.session_state.get(f"{key}_dtype", "float32"))
+
+
+def require_model(name: str, backend: str = "bridge", device: str | None = None, dtype: str | None = None,
+                  *, key: str = "model", stop: bool = True):
+    """Load (cached) or explain why not and what to do; with stop=True the page stops there."""
+    d, t = picked_device_dtype(key)
+    model, err = state.try_get_model(name, backend=backend, device=device or d, dtype=dtype or t)
+    if model is None:
+        st.warning(f"**Model `{name}` is not available.** {err}")
+        st.markdown(state.model_help(name))
+        if stop:
+            st.stop()
+    return model

@@ -1,0 +1,251 @@
+"""The `interplab` command line: app | zoo | run | export.
+
+    interplab app [--port 8501] [--address 127.0.0.1] [--model zoo:toy-chat]
+    interplab zoo list | info NAME | train NAME          (model organisms; provided by interplab.zoo.cli)
+    interplab run --list                                  (experiments)
+    interplab run NAME --list                             (that experiment's config keys)
+    interplab run NAME [--set key=value ...] [--out ROOT]
+    interplab export RUN_DIR [--format png|svg|pdf|html] [--out DIR]
+
+User errors print `error: <message>` on stderr and exit with status 2 (no traceback)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from interplab.errors import InterplabError, MissingDependencyError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+APP_HOME = PACKAGE_DIR / "app" / "Home.py"
+DEFAULT_MODEL_ENV = "INTERPLAB_DEFAULT_MODEL"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("interplab")
+    except Exception:  # noqa: BLE001
+        import interplab
+
+        return getattr(interplab, "__version__", "unknown")
+
+
+# --------------------------------------------------------------------------------------------------- app
+def app_command(args) -> list[str]:
+    return [
+        sys.executable, "-m", "streamlit", "run", str(APP_HOME),
+        "--server.headless", "true",
+        "--server.address", args.address,
+        "--server.port", str(args.port),
+        "--browser.gatherUsageStats", "false",
+    ]
+
+
+def cmd_app(args) -> int:
+    if not APP_HOME.is_file():
+        raise InterplabError(f"the app is missing from this installation ({APP_HOME}); reinstall interplab")
+    try:
+        import streamlit  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError("the dashboard needs streamlit: pip install streamlit") from None
+    cmd = app_command(args)
+    env = dict(os.environ)
+    if args.model:
+        env[DEFAULT_MODEL_ENV] = args.model
+    # the app pages import interplab; make sure the child finds this very copy of it
+    parent = str(PACKAGE_DIR.parent)
+    env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if args.dry_run:
+        print(" ".join(cmd))
+        return 0
+    print(f"interplab dashboard: http://{args.address}:{args.port}  (Ctrl-C to stop)", flush=True)
+    if os.name == "posix":
+        os.execve(sys.executable, cmd, env)  # the server *is* this process: killing it stops the app
+    import subprocess
+
+    try:
+        return subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return 130
+
+
+# --------------------------------------------------------------------------------------------------- run
+def _print_experiments() -> None:
+    from interplab.experiments.registry import discovery_errors, list_experiments
+
+    exps = list_experiments()
+    if not exps:
+        print("no experiments registered")
+    width = max((len(e.name) for e in exps), default=0)
+    for e in exps:
+        print(f"{e.name.ljust(width)}  {e.help}")
+    errs = discovery_errors()
+    if errs:
+        print("\nmodules that failed to import (their experiments are missing):", file=sys.stderr)
+        for m, err in sorted(errs.items()):
+            print(f"  {m}: {err}", file=sys.stderr)
+
+
+def _print_fields(name: str) -> None:
+    from interplab.experiments.registry import get_experiment
+
+    exp = get_experiment(name)
+    print(f"{exp.name}: {exp.help}\nconfig {exp.config.__name__} (set with --set key=value):")
+    for f in exp.fields():
+        line = f"  {f['name']} ({f['type']}) = {f['default']!r}"
+        if f["help"]:
+            line += f"  # {f['help']}"
+        print(line)
+
+
+def cmd_run(args) -> int:
+    from interplab.experiments.registry import parse_overrides, run_experiment
+
+    if args.list:
+        if args.name:
+            _print_fields(args.name)
+        else:
+            _print_experiments()
+        return 0
+    if not args.name:
+        raise InterplabError("name an experiment to run (`interplab run --list` shows them)")
+    overrides = parse_overrides(args.set)
+    path = run_experiment(args.name, overrides, root=args.out,
+                          progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    print(path)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------- export
+def cmd_export(args) -> int:
+    from interplab.figures.export import SUPPORTED_FORMATS, export
+    from interplab.results.runs import load_run
+
+    fmts = [f.strip().lower().lstrip(".") for f in args.format.split(",") if f.strip()]
+    bad = [f for f in fmts if f not in SUPPORTED_FORMATS]
+    if bad or not fmts:
+        raise InterplabError(f"unsupported format {args.format!r}; use one of {', '.join(SUPPORTED_FORMATS)} "
+                             "(comma-separate several)")
+    run = load_run(args.run_dir)
+    names = run.figure_names
+    if not names:
+        raise InterplabError(f"run {run.path} has no saved figures to export")
+    out = Path(args.out) if args.out else run.path / "figures"
+    written = skipped = 0
+    for name in names:
+        fig = run.figure(name)
+        for f in fmts:
+            target = out / f"{name}.{f}"
+            if target.exists() and not args.force:
+                print(f"exists, skipped (use --force to replace): {target}", file=sys.stderr)
+                skipped += 1
+                continue
+            export(fig, target, width=args.width, height=args.height, scale=args.scale)
+            print(target)
+            written += 1
+    print(f"exported {written} file(s)" + (f", skipped {skipped}" if skipped else ""), file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------- zoo
+def _add_zoo(sub, load: bool) -> None:
+    """Register `zoo`: the real parser from interplab.zoo.cli when it is needed, else a light placeholder."""
+    if load:
+        try:
+            from interplab.zoo.cli import add_parser
+        except ImportError as exc:
+            missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith("interplab.zoo")
+            reason = ("the model zoo (interplab.zoo.cli) is not part of this installation yet"
+                      if missing else f"the model zoo could not be imported ({type(exc).__name__}: {exc})")
+            p = sub.add_parser("zoo", help="model organisms: list | info NAME | train NAME",
+                               description=f"Model organisms. Unavailable here: {reason}.")
+            p.add_argument("rest", nargs=argparse.REMAINDER, help="zoo subcommand and its arguments")
+            p.set_defaults(func=lambda args: _zoo_missing(reason))
+            return
+        add_parser(sub)
+        return
+    p = sub.add_parser("zoo", help="model organisms: list | info NAME | train NAME (`interplab zoo --help`)",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def _zoo_missing(reason: str) -> int:
+    raise InterplabError(f"{reason}, so `interplab zoo` is unavailable; load a local checkpoint directory instead "
+                         "(e.g. `interplab run next-token --set model=/path/to/checkpoint`)")
+
+
+# --------------------------------------------------------------------------------------------------- parser
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="interplab",
+        description="interplab: a mechanistic-interpretability workbench (dashboard, experiments, figure export).",
+    )
+    parser.add_argument("--version", action="version", version=f"interplab {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="{app,zoo,run,export}")
+
+    p = sub.add_parser("app", help="serve the Streamlit dashboard (on 127.0.0.1 unless told otherwise)",
+                       description="Serve the interplab dashboard with Streamlit.")
+    p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
+    p.add_argument("--address", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; use 0.0.0.0 to expose it on the network)")
+    p.add_argument("--model", default=None,
+                   help=f"default model for every page (zoo:NAME or a checkpoint dir; sets ${DEFAULT_MODEL_ENV})")
+    p.add_argument("--dry-run", action="store_true", help="print the streamlit command instead of running it")
+    p.set_defaults(func=cmd_app)
+
+    first = next((a for a in argv if not a.startswith("-")), None)
+    _add_zoo(sub, load=(first == "zoo"))
+
+    p = sub.add_parser("run", help="run a registered experiment into a new run directory",
+                       description="Run a registered experiment. Its config fields are set with --set key=value "
+                                   "(parsed by each field's type); the run directory's path is printed.")
+    p.add_argument("name", nargs="?", help="experiment name (see --list)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field (repeatable)")
+    p.add_argument("--out", default=None, metavar="ROOT",
+                   help="results root (default $INTERPLAB_HOME or ~/.interplab); runs go to ROOT/runs/NAME/")
+    p.add_argument("--list", action="store_true",
+                   help="list experiments (or, with NAME, that experiment's config keys) and exit")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("export", help="re-export every figure saved in a run (png/svg/pdf/html)",
+                       description="Re-render every figure saved in a finished run directory.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory (or KIND/NAME under the runs root)")
+    p.add_argument("--format", default="png", help="png, svg, pdf or html; comma-separate several (default png)")
+    p.add_argument("--out", default=None, metavar="DIR", help="output folder (default RUN_DIR/figures)")
+    p.add_argument("--width", type=int, default=None, help="image width in px")
+    p.add_argument("--height", type=int, default=None, help="image height in px")
+    p.add_argument("--scale", type=float, default=None, help="raster scale factor (png)")
+    p.add_argument("--force", action="store_true", help="replace files that already exist")
+    p.set_defaults(func=cmd_export)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 0
+        func = getattr(args, "func", None)
+        if func is None:  # e.g. `interplab zoo` when the zoo parser sets no handler
+            parser.parse_args([args.command, "--help"])
+            return 0
+        rc = func(args)
+        return int(rc or 0)
+    except InterplabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

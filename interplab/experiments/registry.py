@@ -1,0 +1,333 @@
+"""Registry of runnable experiments (what `interplab run NAME --set key=value` runs).
+
+A capability adds a module to the `interplab.experiments` package and decorates a function `(cfg, run) -> None`:
+
+    from dataclasses import dataclass
+    from interplab.experiments.registry import register_experiment
+
+    @dataclass
+    class MyConfig:
+        model: str = "zoo:toy-chat"   # model to load
+        layer: int = 1                # layer to probe
+
+    @register_experiment("my-probe", config=MyConfig, help="one line shown by `interplab run --list`")
+    def my_probe(cfg: MyConfig, run) -> None:
+        run.save_table("scores", ...)
+
+Discovery imports every module of the package (except this one), so adding the module is all it takes.
+`run_experiment(name, overrides)` builds the config (strings are parsed by each field's type), creates a run
+directory with `new_run`, saves the config, calls the function and finishes the run (a crash marks it failed).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import json
+import os
+import pkgutil
+import types
+import typing
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from interplab.errors import ConfigError, InterplabError
+
+__all__ = [
+    "Experiment",
+    "register_experiment",
+    "get_experiment",
+    "list_experiments",
+    "discover",
+    "discovery_errors",
+    "build_config",
+    "parse_overrides",
+    "parse_value",
+    "config_fields",
+    "run_experiment",
+]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    fn: Callable[[Any, Any], Any]
+    config: type
+    help: str
+    module: str
+
+    def fields(self) -> list[dict]:
+        return config_fields(self.config)
+
+
+_REGISTRY: dict[str, Experiment] = {}
+_DISCOVERED = False
+_DISCOVERY_ERRORS: dict[str, str] = {}
+
+
+def register_experiment(name: str, *, config: type, help: str):
+    """Decorator registering `fn(cfg, run)` as experiment `name` with config dataclass `config`."""
+    if not isinstance(name, str) or not name or "/" in name or name.startswith((".", "-")):
+        raise ConfigError(f"experiment name {name!r} must be a non-empty string without '/' or a leading '.'/'-'")
+    if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
+        raise ConfigError(f"experiment {name!r}: config must be a dataclass class, got {config!r}")
+    missing = [f.name for f in dataclasses.fields(config)
+               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"experiment {name!r}: every config field needs a default so `interplab run {name}` "
+                          f"works without --set; missing defaults: {missing}")
+
+    def deco(fn):
+        prev = _REGISTRY.get(name)
+        if prev is not None and (prev.module, prev.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ConfigError(f"experiment {name!r} is registered twice: {prev.module}.{prev.fn.__qualname__} "
+                              f"and {fn.__module__}.{fn.__qualname__}; rename one")
+        _REGISTRY[name] = Experiment(name=name, fn=fn, config=config, help=" ".join(str(help).split()),
+                                     module=fn.__module__)
+        return fn
+
+    return deco
+
+
+def discover(force: bool = False) -> dict[str, str]:
+    """Import every module of `interplab.experiments` (except the registry). Returns {module: error} for
+    modules that failed to import; they are skipped with a warning so one broken module cannot hide the rest."""
+    global _DISCOVERED
+    if _DISCOVERED and not force:
+        return dict(_DISCOVERY_ERRORS)
+    import interplab.experiments as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__, prefix=pkg.__name__ + "."):
+        short = info.name.rsplit(".", 1)[-1]
+        if short == "registry" or short.startswith("_"):
+            continue
+        try:
+            importlib.import_module(info.name)
+            _DISCOVERY_ERRORS.pop(info.name, None)
+        except Exception as exc:  # noqa: BLE001 - report, do not crash the CLI
+            _DISCOVERY_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"interplab: could not import experiment module {info.name}: {exc}", RuntimeWarning,
+                          stacklevel=2)
+    _DISCOVERED = True
+    return dict(_DISCOVERY_ERRORS)
+
+
+def discovery_errors() -> dict[str, str]:
+    return dict(_DISCOVERY_ERRORS)
+
+
+def list_experiments() -> list[Experiment]:
+    """Every registered experiment, sorted by name."""
+    discover()
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def get_experiment(name: str) -> Experiment:
+    discover()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        pass
+    import difflib
+
+    names = sorted(_REGISTRY)
+    close = difflib.get_close_matches(name, names, n=3)
+    msg = f"unknown experiment {name!r}."
+    if close:
+        msg += f" Did you mean: {', '.join(close)}?"
+    msg += f" Available: {', '.join(names) if names else 'none'} (`interplab run --list` describes them)."
+    if _DISCOVERY_ERRORS:
+        msg += " Some experiment modules failed to import: " + "; ".join(
+            f"{m} ({e})" for m, e in sorted(_DISCOVERY_ERRORS.items()))
+    raise ConfigError(msg)
+
+
+# --------------------------------------------------------------------------------------------------- config parsing
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - fall back to the raw annotations
+        return {f.name: f.type for f in dataclasses.fields(cls)}
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def config_fields(cls: type) -> list[dict]:
+    """[{name, type, default, help}] for a config dataclass (help from `metadata={"help": ...}` when given)."""
+    hints = _hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None
+        out.append({"name": f.name, "type": _type_name(hints.get(f.name, f.type)), "default": default,
+                    "help": f.metadata.get("help", "") if f.metadata else ""})
+    return out
+
+
+_TRUE = {"1", "true", "yes", "y", "on", "t"}
+_FALSE = {"0", "false", "no", "n", "off", "f"}
+_NONE = {"none", "null", "~"}
+
+
+def parse_value(text: Any, tp: Any, *, field: str = "value") -> Any:
+    """Parse CLI text `text` as type `tp` (int, float, bool, str, Path, Enum, Literal, Optional/Union,
+    list/tuple/set/dict). Non-strings are validated and returned."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any or tp is None:
+        return text
+    if origin is typing.Union or (hasattr(types, "UnionType") and isinstance(tp, types.UnionType)):
+        if isinstance(text, str) and text.strip().lower() in _NONE and type(None) in args:
+            return None
+        if text is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return parse_value(text, a, field=field)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{field}: cannot parse {text!r} as {_type_name(tp)}")
+    if origin is typing.Literal:
+        for a in args:
+            if text == a or (isinstance(text, str) and str(a) == text):
+                return a
+        raise ConfigError(f"{field}: {text!r} is not one of {list(args)}")
+    if origin in (list, tuple, set, frozenset) or tp in (list, tuple, set, frozenset):
+        container = origin or tp
+        if isinstance(text, str):
+            s = text.strip()
+            if s.startswith("["):
+                try:
+                    items = json.loads(s)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{field}: {text!r} is not a JSON list ({e})") from None
+            else:
+                items = [p.strip() for p in s.split(",") if p.strip()] if s else []
+        else:
+            items = list(text)
+        if container is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(items) != len(args):
+                raise ConfigError(f"{field}: expected {len(args)} items for {_type_name(tp)}, got {len(items)}")
+            return tuple(parse_value(v, a, field=field) for v, a in zip(items, args))
+        elem = args[0] if args else Any
+        vals = [parse_value(v, elem, field=field) for v in items]
+        return container(vals)
+    if origin is dict or tp is dict:
+        if isinstance(text, Mapping):
+            return dict(text)
+        try:
+            val = json.loads(text)
+        except (TypeError, json.JSONDecodeError):
+            raise ConfigError(f"{field}: {text!r} is not a JSON object") from None
+        if not isinstance(val, dict):
+            raise ConfigError(f"{field}: {text!r} is not a JSON object")
+        return val
+    if tp is bool:
+        if isinstance(text, bool):
+            return text
+        s = str(text).strip().lower()
+        if s in _TRUE:
+            return True
+        if s in _FALSE:
+            return False
+        raise ConfigError(f"{field}: {text!r} is not a boolean (use true/false)")
+    if tp is int:
+        if isinstance(text, bool):
+            raise ConfigError(f"{field}: expected an integer, got {text!r}")
+        if isinstance(text, int):
+            return text
+        try:
+            return int(str(text).strip())
+        except ValueError:
+            try:
+                f = float(str(text).strip())
+            except ValueError:
+                f = None
+            if f is not None and f.is_integer():
+                return int(f)
+            raise ConfigError(f"{field}: {text!r} is not an integer") from None
+    if tp is float:
+        if isinstance(text, (int, float)) and not isinstance(text, bool):
+            return float(text)
+        try:
+            return float(str(text).strip())
+        except ValueError:
+            raise ConfigError(f"{field}: {text!r} is not a number") from None
+    if tp is str:
+        return str(text)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if isinstance(text, tp):
+            return text
+        for m in tp:
+            if str(text) in (m.name, str(m.value)):
+                return m
+        raise ConfigError(f"{field}: {text!r} is not one of {[m.name for m in tp]}")
+    if isinstance(tp, type) and issubclass(tp, os.PathLike) or tp is Path:
+        return Path(str(text)).expanduser()
+    if isinstance(tp, type):
+        if isinstance(text, tp):
+            return text
+        try:
+            return tp(text)
+        except Exception as exc:  # noqa: BLE001
+            raise ConfigError(f"{field}: cannot make a {tp.__name__} from {text!r} ({exc})") from None
+    return text
+
+
+def parse_overrides(items) -> dict[str, str]:
+    """['k=v', ...] -> {'k': 'v'} (values stay strings; `build_config` types them)."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        if not k:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        out[k.replace("-", "_")] = v
+    return out
+
+
+def build_config(cls: type, overrides: Mapping[str, Any] | None = None):
+    """An instance of config dataclass `cls` with `overrides` applied (strings parsed by field type)."""
+    overrides = dict(overrides or {})
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in overrides if k not in names]
+    if unknown:
+        listing = ", ".join(f"{d['name']} ({d['type']}, default {d['default']!r})" for d in config_fields(cls))
+        raise ConfigError(f"unknown config key(s) {unknown} for {cls.__name__}; valid keys: {listing}")
+    kwargs = {k: parse_value(v, hints.get(k, Any), field=k) for k, v in overrides.items()}
+    try:
+        return cls(**kwargs)
+    except InterplabError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid {cls.__name__}: {exc}") from None
+
+
+def run_experiment(name: str, overrides: Mapping[str, Any] | None = None, root=None, *, run_name: str | None = None,
+                   progress: Callable[[str], None] | None = None) -> Path:
+    """Build the config, run experiment `name` in a fresh run directory and return the finished run's path."""
+    from interplab.results.runs import new_run
+
+    exp = get_experiment(name)
+    cfg = build_config(exp.config, overrides)
+    with new_run(name, cfg, root=root, name=run_name) as run:
+        if progress:
+            progress(f"running {name} into {run.path}")
+        exp.fn(cfg, run)
+    return run.path

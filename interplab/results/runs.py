@@ -1,0 +1,513 @@
+"""Run directories: one folder per experiment run, written atomically.
+
+Layout of a finished run (``<root>/runs/<kind>/<timestamp>-<shortid>/``)::
+
+    run.json            manifest: kind, name, status ("complete"), created/finished times, files
+    config.json         the config (dataclass or dict) + interplab/torch/transformers versions, seed, timestamp
+    arrays/<name>.safetensors
+    tables/<name>.csv | tables/<name>.parquet
+    figures/<name>.plotly.json (+ <name>.html / .png / .svg / .pdf as asked)
+    json/<name>.json
+
+A run is written into the hidden folder ``<root>/runs/<kind>/.<name>.partial`` and renamed into place by
+`RunDir.finish()` (or on leaving ``with new_run(...) as run:`` without an exception). A run that raises is left
+where it was, with ``run.json`` status "failed" and the error, so it never shows up as a complete run and earlier
+runs are untouched. Nothing is ever overwritten silently: an existing run directory raises `ResultsError`.
+
+The root is, in order: the ``root`` argument, the ``INTERPLAB_HOME`` environment variable, ``~/.interplab``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import re
+import sys
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any, Mapping
+
+from interplab.errors import InputError, ResultsError
+from interplab.results.io import read_arrays, read_json, read_table, write_arrays, write_json, write_table, write_text
+
+__all__ = [
+    "RunDir",
+    "LoadedRun",
+    "new_run",
+    "list_runs",
+    "load_run",
+    "interplab_home",
+    "runs_root",
+    "config_to_dict",
+    "environment_info",
+]
+
+RUN_MANIFEST = "run.json"
+CONFIG_FILE = "config.json"
+PARTIAL_SUFFIX = ".partial"
+TABLE_FORMATS = ("csv", "parquet")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
+
+
+# --------------------------------------------------------------------------------------------------- helpers
+def interplab_home(root: str | os.PathLike | None = None) -> Path:
+    """The interplab data folder: `root`, else $INTERPLAB_HOME, else ~/.interplab."""
+    if root is not None:
+        return Path(root).expanduser()
+    env = os.environ.get("INTERPLAB_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".interplab"
+
+
+def runs_root(root: str | os.PathLike | None = None) -> Path:
+    return interplab_home(root) / "runs"
+
+
+def _check_name(what: str, name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or name.endswith(PARTIAL_SUFFIX):
+        raise InputError(f"{what} {name!r} is not a valid name: use letters, digits and . _ - + = "
+                         f"(no slashes, no leading dot or dash, not ending in {PARTIAL_SUFFIX!r})")
+    return name
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def _iso(t: _dt.datetime) -> str:
+    return t.isoformat(timespec="milliseconds")
+
+
+def config_to_dict(cfg: Any) -> dict:
+    """A dataclass (nested dataclasses included) or a mapping as a plain JSON-ready dict."""
+    if cfg is None:
+        return {}
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return dataclasses.asdict(cfg)
+    if isinstance(cfg, Mapping):
+        return dict(cfg)
+    raise InputError(f"a config must be a dataclass instance or a dict, got {type(cfg).__name__}")
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment_info() -> dict:
+    """Versions that change numbers: interplab, python, torch, transformers, transformer-lens, nnsight, sae-lens."""
+    iv = _version("interplab")
+    if iv is None:
+        iv = getattr(sys.modules.get("interplab"), "__version__", None) or "unknown"
+    return {
+        "interplab": iv,
+        "python": sys.version.split()[0],
+        "torch": _version("torch"),
+        "transformers": _version("transformers"),
+        "transformer_lens": _version("transformer-lens"),
+        "nnsight": _version("nnsight"),
+        "sae_lens": _version("sae-lens"),
+        "numpy": _version("numpy"),
+    }
+
+
+# --------------------------------------------------------------------------------------------------- writing
+class RunDir:
+    """A run being written. Use `new_run(...)` to make one."""
+
+    def __init__(self, kind: str, name: str, root: Path):
+        self.kind = kind
+        self.name = name
+        self.root = Path(root)
+        self.kind_dir = runs_root(self.root) / kind
+        self.final_path = self.kind_dir / name
+        self.partial_path = self.kind_dir / f".{name}{PARTIAL_SUFFIX}"
+        self.status = "new"
+        self.created = _now()
+        self._files: dict[str, str] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def _create(self) -> "RunDir":
+        if self.final_path.exists():
+            raise ResultsError(f"run directory {self.final_path} already exists; interplab never overwrites a run. "
+                               "Pick another name or delete it yourself.")
+        self.kind_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.partial_path.mkdir()
+        except FileExistsError:
+            raise ResultsError(f"a run named {self.name!r} is already being written (or crashed) at "
+                               f"{self.partial_path}; pick another name or delete that folder.") from None
+        self.status = "running"
+        self._write_manifest()
+        return self
+
+    @property
+    def path(self) -> Path:
+        """Where the run's files are now: the hidden partial folder until `finish()`, then the final folder."""
+        return self.final_path if self.status == "complete" else self.partial_path
+
+    def _write_manifest(self, **extra) -> None:
+        manifest = {
+            "kind": self.kind,
+            "name": self.name,
+            "status": self.status,
+            "created": _iso(self.created),
+            "pid": os.getpid(),
+            "files": dict(sorted(self._files.items())),
+        }
+        manifest.update(extra)
+        write_json(self.path / RUN_MANIFEST, manifest)
+
+    def _check_writable(self) -> None:
+        if self.status != "running":
+            raise ResultsError(f"run {self.name!r} is {self.status}; its files can no longer change "
+                               "(start a new run instead)")
+
+    def _target(self, sub: str, name: str, suffix: str, overwrite: bool) -> Path:
+        self._check_writable()
+        _check_name("artifact name", name)
+        rel = f"{sub}/{name}{suffix}" if sub else f"{name}{suffix}"
+        target = self.path / rel
+        if target.exists() and not overwrite:
+            raise ResultsError(f"{rel} already exists in run {self.name!r}; pass overwrite=True to replace it")
+        return target
+
+    def _record(self, target: Path, kind: str) -> Path:
+        self._files[target.relative_to(self.path).as_posix()] = kind
+        return target
+
+    def finish(self) -> Path:
+        """Mark the run complete and move it into place (atomic rename). Returns the final path."""
+        if self.status == "complete":
+            return self.final_path
+        self._check_writable()
+        if self.final_path.exists():
+            raise ResultsError(f"cannot finish run: {self.final_path} appeared while this run was being written; "
+                               f"its files are left in {self.partial_path}")
+        finished = _now()
+        self._write_manifest(status="complete", finished=_iso(finished),
+                             duration_s=round((finished - self.created).total_seconds(), 3))
+        try:
+            os.rename(self.partial_path, self.final_path)
+        except OSError as exc:
+            self._write_manifest(status="running")
+            raise ResultsError(f"could not move {self.partial_path} to {self.final_path}: {exc}") from None
+        self.status = "complete"
+        return self.final_path
+
+    def fail(self, exc: BaseException | None = None) -> None:
+        """Mark the run failed; its hidden folder stays for inspection and never lists as a complete run."""
+        if self.status != "running":
+            return
+        self.status = "failed"
+        err = None
+        if exc is not None:
+            err = {"type": type(exc).__name__, "message": str(exc),
+                   "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+        try:
+            self._write_manifest(status="failed", failed=_iso(_now()), error=err)
+        except OSError:  # the disk may be the reason we failed; the run is not complete either way
+            pass
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.finish()
+        else:
+            self.fail(exc)
+        return False
+
+    def __repr__(self) -> str:
+        return f"RunDir(kind={self.kind!r}, name={self.name!r}, status={self.status!r}, path={str(self.path)!r})"
+
+    # -- artifacts ---------------------------------------------------------------------------------------------
+    def save_config(self, cfg: Any, *, overwrite: bool = False) -> Path:
+        """config.json: the config's fields plus versions, seed (if the config has one) and a timestamp."""
+        target = self._target("", "config", ".json", overwrite)
+        d = config_to_dict(cfg)
+        cls = type(cfg)
+        payload = {
+            "kind": self.kind,
+            "run": self.name,
+            "config": d,
+            "config_class": (f"{cls.__module__}.{cls.__qualname__}"
+                             if dataclasses.is_dataclass(cfg) else None),
+            "seed": d.get("seed"),
+            "timestamp": _iso(_now()),
+            "versions": environment_info(),
+        }
+        payload["interplab_version"] = payload["versions"]["interplab"]
+        write_json(target, payload)
+        return self._record(target, "config")
+
+    def save_arrays(self, name: str, arrays: Mapping[str, Any], *, overwrite: bool = False,
+                    metadata: Mapping[str, str] | None = None) -> Path:
+        """arrays/<name>.safetensors from a dict of numpy arrays / torch tensors."""
+        if not isinstance(arrays, Mapping) or not arrays:
+            raise InputError(f"save_arrays({name!r}) needs a non-empty dict of arrays")
+        target = self._target("arrays", name, ".safetensors", overwrite)
+        write_arrays(target, arrays, metadata=metadata)
+        return self._record(target, "arrays")
+
+    def save_table(self, name: str, df, fmt: str = "csv", *, overwrite: bool = False) -> Path:
+        """tables/<name>.csv or .parquet from a pandas DataFrame."""
+        if fmt not in TABLE_FORMATS:
+            raise InputError(f"table format {fmt!r} is not supported; use one of {TABLE_FORMATS}")
+        if not hasattr(df, "to_csv"):
+            raise InputError(f"save_table({name!r}) needs a pandas DataFrame, got {type(df).__name__}")
+        other = "parquet" if fmt == "csv" else "csv"
+        if (self.path / "tables" / f"{name}.{other}").exists():
+            raise ResultsError(f"table {name!r} is already saved as .{other} in this run")
+        target = self._target("tables", name, f".{fmt}", overwrite)
+        write_table(target, df)
+        return self._record(target, "table")
+
+    def save_json(self, name: str, obj: Any, *, overwrite: bool = False) -> Path:
+        """json/<name>.json (numpy scalars/arrays, Paths and dataclasses are converted)."""
+        target = self._target("json", name, ".json", overwrite)
+        write_json(target, obj)
+        return self._record(target, "json")
+
+    def save_figure(self, name: str, fig, formats=("html",), *, overwrite: bool = False) -> list[Path]:
+        """figures/<name>.plotly.json (so `interplab export` can re-render it) plus one file per format."""
+        from interplab.figures.export import SUPPORTED_FORMATS, export
+
+        if isinstance(formats, str):
+            formats = (formats,)
+        bad = [f for f in formats if str(f).lower().lstrip(".") not in SUPPORTED_FORMATS]
+        if bad:
+            raise InputError(f"figure formats {bad} not supported; use any of {SUPPORTED_FORMATS}")
+        if not hasattr(fig, "to_json"):
+            raise InputError(f"save_figure({name!r}) needs a plotly Figure, got {type(fig).__name__}")
+        target = self._target("figures", name, ".plotly.json", overwrite)
+        write_text(target, fig.to_json())
+        paths = [self._record(target, "figure")]
+        for f in formats:
+            f = str(f).lower().lstrip(".")
+            out = self._target("figures", name, f".{f}", overwrite)
+            export(fig, out)
+            paths.append(self._record(out, f"figure-{f}"))
+        return paths
+
+
+def new_run(kind: str, config: Any = None, root: str | os.PathLike | None = None,
+            name: str | None = None) -> RunDir:
+    """Start a run of `kind` under `<root>/runs/<kind>/` (see the module docstring); saves `config` if given.
+
+    Use as a context manager so the run is finished on success and marked failed on an exception::
+
+        with new_run("next-token", cfg) as run:
+            run.save_table("top_tokens", df)
+        run.path   # the finished folder
+    """
+    _check_name("run kind", kind)
+    if name is None:
+        name = f"{_now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    _check_name("run name", name)
+    run = RunDir(kind, name, interplab_home(root))._create()
+    if config is not None:
+        try:
+            run.save_config(config)
+        except BaseException as exc:
+            run.fail(exc)
+            raise
+    return run
+
+
+# --------------------------------------------------------------------------------------------------- reading
+class LoadedRun:
+    """A finished run, read back. Arrays, tables and figures load on demand."""
+
+    def __init__(self, path: Path, manifest: dict):
+        self.path = Path(path)
+        self.manifest = manifest
+        self.kind = manifest.get("kind")
+        self.name = manifest.get("name", self.path.name)
+        cfg_path = self.path / CONFIG_FILE
+        self.meta: dict = read_json(cfg_path) if cfg_path.exists() else {}
+
+    @property
+    def config(self) -> dict:
+        """The config's fields as saved (a dict)."""
+        return dict(self.meta.get("config", {}))
+
+    def config_as(self, cls):
+        """Rebuild the config dataclass `cls` from the saved fields (unknown fields are an error)."""
+        return cls(**self.config)
+
+    def _names(self, sub: str, suffixes: tuple[str, ...]) -> list[str]:
+        d = self.path / sub
+        if not d.is_dir():
+            return []
+        out = set()
+        for p in d.iterdir():
+            if p.name.startswith("."):
+                continue
+            for s in suffixes:
+                if p.name.endswith(s):
+                    out.add(p.name[: -len(s)])
+        return sorted(out)
+
+    @property
+    def array_names(self) -> list[str]:
+        return self._names("arrays", (".safetensors",))
+
+    @property
+    def table_names(self) -> list[str]:
+        return self._names("tables", (".csv", ".parquet"))
+
+    @property
+    def json_names(self) -> list[str]:
+        return self._names("json", (".json",))
+
+    @property
+    def figure_names(self) -> list[str]:
+        return self._names("figures", (".plotly.json",))
+
+    def _missing(self, what: str, name: str, have: list[str]):
+        return ResultsError(f"run {self.path} has no {what} {name!r}; it has: {have or 'none'}")
+
+    def arrays(self, name: str) -> dict:
+        p = self.path / "arrays" / f"{name}.safetensors"
+        if not p.exists():
+            raise self._missing("arrays", name, self.array_names)
+        return read_arrays(p)
+
+    def table(self, name: str):
+        for fmt in TABLE_FORMATS:
+            p = self.path / "tables" / f"{name}.{fmt}"
+            if p.exists():
+                return read_table(p)
+        raise self._missing("table", name, self.table_names)
+
+    def json(self, name: str):
+        p = self.path / "json" / f"{name}.json"
+        if not p.exists():
+            raise self._missing("json", name, self.json_names)
+        return read_json(p)
+
+    def figure(self, name: str):
+        p = self.path / "figures" / f"{name}.plotly.json"
+        if not p.exists():
+            raise self._missing("figure", name, self.figure_names)
+        import json as _json
+
+        import plotly.graph_objects as go
+
+        return go.Figure(_decode_typed_arrays(_json.loads(p.read_text(encoding="utf-8"))), skip_invalid=True)
+
+    @property
+    def figures(self) -> dict:
+        """name -> plotly Figure, for every figure saved in the run."""
+        return {n: self.figure(n) for n in self.figure_names}
+
+    def figure_files(self, name: str) -> list[Path]:
+        d = self.path / "figures"
+        return sorted(p for p in d.glob(f"{name}.*") if not p.name.startswith(".") and p.suffix != ".json")
+
+    def __repr__(self) -> str:
+        return f"LoadedRun(kind={self.kind!r}, name={self.name!r}, path={str(self.path)!r})"
+
+
+def _decode_typed_arrays(obj):
+    """plotly >= 6 stores numpy arrays in figure JSON as {"dtype", "bdata"[, "shape"]}; turn them back into arrays."""
+    if isinstance(obj, dict):
+        if "bdata" in obj and "dtype" in obj and set(obj) <= {"bdata", "dtype", "shape"}:
+            import base64
+
+            import numpy as np
+
+            arr = np.frombuffer(base64.b64decode(obj["bdata"]), dtype=np.dtype(obj["dtype"]))
+            shape = obj.get("shape")
+            if shape is not None:
+                if isinstance(shape, str):
+                    shape = [int(x) for x in shape.split(",") if x.strip()]
+                arr = arr.reshape(shape)
+            return arr.copy()
+        return {k: _decode_typed_arrays(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode_typed_arrays(v) for v in obj]
+    return obj
+
+
+def _read_manifest(path: Path) -> dict | None:
+    try:
+        m = read_json(path / RUN_MANIFEST)
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) else None
+
+
+def load_run(path: str | os.PathLike, *, root: str | os.PathLike | None = None) -> LoadedRun:
+    """Load a finished run from its folder (or `<kind>/<name>` relative to the runs root)."""
+    p = Path(path).expanduser()
+    if not p.exists() and not p.is_absolute():
+        alt = runs_root(root) / p
+        if alt.exists():
+            p = alt
+    if not p.is_dir():
+        raise ResultsError(f"no run directory at {str(path)!r}; `interplab run --list` shows experiments and "
+                           "`interplab.results.list_runs()` lists finished runs")
+    m = _read_manifest(p)
+    if m is None:
+        raise ResultsError(f"{p} is not an interplab run (no readable {RUN_MANIFEST})")
+    status = m.get("status")
+    if status != "complete" or p.name.endswith(PARTIAL_SUFFIX):
+        msg = f"run {p} is not complete (status {status!r})"
+        if m.get("error"):
+            msg += f"; it failed with {m['error'].get('type')}: {m['error'].get('message')}"
+        raise ResultsError(msg)
+    return LoadedRun(p, m)
+
+
+def list_runs(kind: str | None = None, root: str | os.PathLike | None = None, *,
+              include_failed: bool = False):
+    """A DataFrame of finished runs (newest last): kind, name, path, created, finished, n_arrays, n_tables,
+    n_figures, status. `include_failed=True` also lists hidden partial runs (status running/failed)."""
+    import pandas as pd
+
+    base = runs_root(root)
+    cols = ["kind", "name", "status", "created", "finished", "path", "n_arrays", "n_tables", "n_figures"]
+    rows = []
+    kinds = [kind] if kind is not None else (sorted(p.name for p in base.iterdir() if p.is_dir()
+                                                    and not p.name.startswith(".")) if base.is_dir() else [])
+    for k in kinds:
+        kd = base / k
+        if not kd.is_dir():
+            continue
+        for d in kd.iterdir():
+            if not d.is_dir():
+                continue
+            hidden = d.name.startswith(".")
+            if hidden and not include_failed:
+                continue
+            m = _read_manifest(d)
+            if m is None:
+                continue
+            status = m.get("status")
+            if status != "complete" and not include_failed:
+                continue
+            if hidden and status == "complete":  # renamed-away leftovers cannot exist; be strict anyway
+                status = "incomplete"
+            files = m.get("files", {})
+            rows.append({
+                "kind": m.get("kind", k),
+                "name": m.get("name", d.name),
+                "status": status,
+                "created": m.get("created"),
+                "finished": m.get("finished"),
+                "path": str(d),
+                "n_arrays": sum(v == "arrays" for v in files.values()),
+                "n_tables": sum(v == "table" for v in files.values()),
+                "n_figures": sum(v == "figure" for v in files.values()),
+            })
+    df = pd.DataFrame(rows, columns=cols)
+    if len(df):
+        df = df.sort_values(["created", "name"], kind="stable").reset_index(drop=True)
+    return df

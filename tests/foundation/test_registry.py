@@ -1,0 +1,98 @@
+"""Experiment registry: discovery, typed --set parsing, run_experiment's run lifecycle."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import pytest
+
+from interplab.errors import ConfigError
+from interplab.experiments import registry as reg
+from interplab.results import list_runs, load_run
+
+
+@dataclass
+class DemoCfg:
+    n: int = 3
+    rate: float = 0.5
+    flag: bool = False
+    name: str = "x"
+    layers: list[int] = field(default_factory=lambda: [0, 1])
+    mode: Literal["a", "b"] = "a"
+    limit: Optional[int] = None
+    out: Path = Path(".")
+    crash: bool = False
+
+
+@pytest.fixture
+def demo():
+    calls = []
+
+    @reg.register_experiment("test-demo", config=DemoCfg, help="a demo   experiment\n for tests")
+    def demo_fn(cfg, run):
+        calls.append(cfg)
+        run.save_json("cfg", {"n": cfg.n, "layers": cfg.layers})
+        if cfg.crash:
+            raise RuntimeError("planned crash")
+
+    yield calls
+    reg._REGISTRY.pop("test-demo", None)
+
+
+def test_discovery_finds_builtin_and_skips_registry():
+    names = [e.name for e in reg.list_experiments()]
+    assert "next-token" in names
+    assert reg.get_experiment("next-token").module == "interplab.experiments.models"
+
+
+def test_build_config_parses_by_field_type():
+    cfg = reg.build_config(DemoCfg, {"n": "7", "rate": "1e-3", "flag": "yes", "name": "42", "layers": "1,2,3",
+                                     "mode": "b", "limit": "none", "out": "~/r"})
+    assert cfg.n == 7 and cfg.rate == 1e-3 and cfg.flag is True and cfg.name == "42"
+    assert cfg.layers == [1, 2, 3] and cfg.mode == "b" and cfg.limit is None and cfg.out == Path.home() / "r"
+    assert reg.build_config(DemoCfg, {"layers": "[4, 5]", "limit": "9"}).layers == [4, 5]
+    assert reg.build_config(DemoCfg, {"limit": "9"}).limit == 9
+    assert reg.build_config(DemoCfg, {"n": 4}).n == 4  # already-typed values pass through
+    for bad, msg in [({"n": "1.5"}, "not an integer"), ({"flag": "maybe"}, "boolean"),
+                     ({"mode": "c"}, "not one of"), ({"layers": "1,x"}, "not an integer"),
+                     ({"nope": "1"}, "valid keys: n (int, default 3)")]:
+        with pytest.raises(ConfigError, match=re.escape(msg)):
+            reg.build_config(DemoCfg, bad)  # noqa: PT012
+
+
+def test_parse_overrides():
+    assert reg.parse_overrides(["a=1", "b-c=x=y", "e="]) == {"a": "1", "b_c": "x=y", "e": ""}
+    with pytest.raises(ConfigError, match="key=value"):
+        reg.parse_overrides(["novalue"])
+
+
+def test_run_experiment_lifecycle(demo, tmp_path):
+    path = reg.run_experiment("test-demo", {"n": "5", "layers": "2,3"}, root=tmp_path)
+    assert demo[-1].n == 5
+    run = load_run(path)
+    assert run.config["n"] == 5 and run.config["layers"] == [2, 3] and run.json("cfg") == {"n": 5, "layers": [2, 3]}
+    with pytest.raises(RuntimeError, match="planned crash"):
+        reg.run_experiment("test-demo", {"crash": "true"}, root=tmp_path)
+    df = list_runs("test-demo", root=tmp_path)
+    assert list(df["path"]) == [str(path)]  # the crashed run is not listed; the earlier one still loads
+    assert load_run(path).json("cfg")["n"] == 5
+
+
+def test_registration_errors(demo):
+    @dataclass
+    class NoDefault:
+        x: int
+
+    with pytest.raises(ConfigError, match="missing defaults"):
+        reg.register_experiment("bad", config=NoDefault, help="")
+    with pytest.raises(ConfigError, match="dataclass"):
+        reg.register_experiment("bad", config=dict, help="")
+    with pytest.raises(ConfigError, match="registered twice"):
+        @reg.register_experiment("test-demo", config=DemoCfg, help="")
+        def other(cfg, run):
+            pass
+    with pytest.raises(ConfigError, match="Did you mean: test-demo"):
+        reg.get_experiment("test-dem")
+    assert reg.get_experiment("test-demo").help == "a demo experiment for tests"

@@ -44,19 +44,21 @@ def capture_vs_run_with_cache():
                        "shape": f"{BATCH}x{SEQ}", "model": "llama 4L d256"})
 
 
-def hook_overhead():
-    """LabModel.run with one capture (logits on) vs a plain forward of the same HF module with no hooks."""
-    m = _model()
+def _overhead(backend: str) -> tuple[float, float]:
+    """(LabModel.run with one capture, logits on; a plain forward of the same HF module with no hooks)."""
+    m = _model(backend)
     ids = _tokens(m)
-    hf = m.hf_model
     mask = torch.ones_like(ids)
 
     def plain():
         with torch.no_grad():
-            hf(input_ids=ids, attention_mask=mask)
+            m.hf_model(input_ids=ids, attention_mask=mask)
 
-    ours = timeit(lambda: m.run(ids, capture=["resid_post.1"]), repeat=7)
-    anchor = timeit(plain, repeat=7)
+    return timeit(lambda: m.run(ids, capture=["resid_post.1"]), repeat=7), timeit(plain, repeat=7)
+
+
+def hook_overhead():
+    ours, anchor = _overhead("bridge")
     ratio = ours / anchor
     return dict(ours=ours, anchor=anchor, ratio=ratio, goal="<= 1.15x a plain forward", ok=ratio <= 1.15,
                 extra={"shape": f"{BATCH}x{SEQ}"})
@@ -64,17 +66,7 @@ def hook_overhead():
 
 def nnsight_hook_overhead():
     """The same overhead measurement on the nnsight backend (reported, no goal in the issue)."""
-    m = _model("nnsight")
-    ids = _tokens(m)
-    hf = m.hf_model
-    mask = torch.ones_like(ids)
-
-    def plain():
-        with torch.no_grad():
-            hf(input_ids=ids, attention_mask=mask)
-
-    ours = timeit(lambda: m.run(ids, capture=["resid_post.1"]), repeat=7)
-    anchor = timeit(plain, repeat=7)
+    ours, anchor = _overhead("nnsight")
     return dict(ours=ours, anchor=anchor, ratio=ours / anchor, goal="(reported only)", ok=True, extra={})
 
 

@@ -1,0 +1,198 @@
+"""PCFG page: pick or edit a grammar, sample a sentence (gold vs Viterbi tree), compare the model's next-token
+distribution with the exact grammar distribution, KL by position, layer-wise parse probes and l*(ℓ)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+st.set_page_config(page_title="interplab · PCFG", page_icon=":deciduous_tree:", layout="wide")
+
+from interplab.app import state  # noqa: E402
+from interplab.app.widgets import model_picker, picked_device_dtype, show_figure  # noqa: E402
+from interplab.errors import InterplabError  # noqa: E402
+from interplab.figures.pcfg import (kl_by_position_figure, lstar_figure, next_token_figure,  # noqa: E402
+                                    parse_tree_figure, probe_curves_figure, local_to_global_heatmap)
+from interplab.grammar import EXAMPLES, PCFG, next_token_logprobs, prefix_span_posteriors, viterbi  # noqa: E402
+
+MAX_EDIT_RULES = 400
+
+st.title("PCFG parse probes")
+st.caption("Exact grammar next-token distributions (inside / prefix probabilities) against a model trained on the "
+           "grammar, and layer-wise probes of parse quantities. Spec: docs/pcfg.md.")
+
+name, backend = model_picker("model")
+device, dtype = picked_device_dtype("model")
+model, model_err = state.try_get_model(name, backend=backend, device=device, dtype=dtype)
+
+
+def _organism_grammar(m):
+    if m is None:
+        return None
+    try:
+        from interplab.zoo.recipes.pcfg import grammar_of
+
+        return grammar_of(m)
+    except (InterplabError, OSError):
+        return None
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _grammar_from_text(text: str) -> dict:
+    return PCFG.from_string(text, name="custom").to_dict()
+
+
+# ------------------------------------------------------------------------------------------------ grammar picker
+org_g = _organism_grammar(model)
+sources = (["model's training grammar"] if org_g is not None else []) + sorted(EXAMPLES) + ["custom (edit rules)"]
+with st.sidebar:
+    st.subheader("Grammar")
+    src = st.selectbox("Grammar", sources, key="pcfg_source")
+if src == "model's training grammar":
+    g = org_g
+elif src == "custom (edit rules)":
+    default_text = EXAMPLES["toy-english"]().to_string()
+    text = st.sidebar.text_area("Rules (A -> B C [p] / A -> 'a' [p]; first LHS = start)", value=default_text,
+                                height=260, key="pcfg_rules")
+    if text.count("\n") > MAX_EDIT_RULES:
+        st.error(f"at most {MAX_EDIT_RULES} rules in the editor; load bigger grammars from Python.")
+        st.stop()
+    try:
+        g = PCFG.from_dict(_grammar_from_text(text))
+    except InterplabError as e:
+        st.error(f"**Grammar error.** {e}")
+        st.stop()
+else:
+    g = EXAMPLES[src]()
+
+st.markdown(f"**Grammar** `{g.name}`: {g.N} nonterminals, {g.V} terminals, "
+            f"{int((g.binary > 0).sum())} binary and {int((g.lexical > 0).sum())} lexical rules; "
+            f"expected-children spectral radius {g.spectral_radius():.3f}.")
+with st.expander("Rules"):
+    st.code(g.to_string()[:20000], language="text")
+
+model_ok = False
+if model is None:
+    st.info(f"Model `{name}` is not available ({model_err}); showing the grammar alone. PCFG organisms: "
+            "`zoo:pcfg-L2`, `zoo:pcfg-L4`, `zoo:pcfg-L6`, `zoo:pcfg-rcnf-L4`.")
+else:
+    vocab = model.tokenizer.get_vocab()
+    model_ok = all(t in vocab for t in g.terminals) and model.tokenizer.eos_token_id is not None
+    if not model_ok:
+        st.info(f"`{name}` was not trained on this grammar (its tokenizer lacks the terminals); model comparisons "
+                "are hidden. Pick a PCFG organism and its training grammar.")
+
+# ------------------------------------------------------------------------------------------------ sample + trees
+st.subheader("Sample a sentence")
+c1, c2 = st.columns([1, 1])
+with c1:
+    seed = st.number_input("Sample seed", min_value=0, value=0, step=1, key="pcfg_seed")
+with c2:
+    max_len = st.number_input("max length (longer samples are truncated, never re-sampled)", min_value=2,
+                              max_value=64, value=32, step=1, key="pcfg_maxlen")
+toks, trees = g.sample(1, seed=int(seed), max_len=int(max_len), on_long="truncate")
+tree = trees[0]
+n = tree.length
+words = [g.terminals[int(t)] for t in toks[0, :n]]
+st.markdown(f"**Sentence** ({n} tokens{', truncated' if tree.truncated else ''}): `{' '.join(words)}`")
+tk = toks[:, :n]
+lens = np.array([n])
+import torch  # noqa: E402
+
+lens_t = torch.tensor([n])
+post = prefix_span_posteriors(g, tk, lens_t).exp()[0]  # [i, t, A]
+colors = [float(post[s, e, lab]) if e > 0 else 0.0 for s, e, lab, _ in tree.spans]
+cg, cv = st.columns(2)
+with cg:
+    show_figure(parse_tree_figure(words, tree.spans.tolist(), g.nonterminals, colors=colors,
+                                  title="gold tree (shade: exact prefix span posterior at its end)"), "pcfg_gold_tree")
+with cv:
+    if tree.truncated:
+        st.info("Truncated sample: no complete parse.")
+    else:
+        vr = viterbi(g, tk, lens_t)
+        vt = vr.trees[0]
+        same = vt is not None and sorted(map(tuple, vt.spans[:, :3].tolist())) == sorted(map(tuple, tree.spans[:, :3].tolist()))
+        show_figure(parse_tree_figure(words, vt.spans.tolist(), g.nonterminals,
+                                      title=f"Viterbi tree (log p = {float(vr.log_prob[0]):.3f}; "
+                                            f"{'same as' if same else 'differs from'} gold)"), "pcfg_viterbi_tree")
+
+# ------------------------------------------------------------------------------------------------ next-token view
+st.subheader("Next-token distribution per position")
+lp = next_token_logprobs(g, tk, lens_t)[0].exp().numpy()  # [n+1, V+1]
+labels = list(g.terminals) + ["EOS"]
+q = None
+if model_ok:
+    from interplab.probes.pcfg_parse import model_next_logprobs
+
+    @st.cache_data(max_entries=32, show_spinner="Running the model...")
+    def _model_probs(key: tuple, grammar_json: str, tokens: tuple, _m=None, _g=None):
+        t = torch.tensor([list(tokens)])
+        return model_next_logprobs(_m, _g, t, torch.tensor([len(tokens)]))[0].exp().numpy()
+
+    q = _model_probs((state.normalize_name(name), backend, device, dtype), g.name + g.to_string()[:2000],
+                     tuple(int(x) for x in tk[0]), _m=model, _g=g)
+pos = st.slider("Position p (prefix w_1..w_p)", 0, n, 0, key="pcfg_pos")
+show_figure(next_token_figure(lp[pos], None if q is None else q[pos], labels,
+                              title=f"p(next | {' '.join(words[:pos]) or '∅'})"), "pcfg_next_token")
+if q is not None:
+    p_ = lp[: n + 1]
+    kl = np.where(p_ > 0, p_ * (np.log(np.clip(p_, 1e-300, None)) - np.log(np.clip(q[: n + 1], 1e-300, None))), 0).sum(-1)
+    df_sent = pd.DataFrame({"position": np.arange(n + 1), "kl": kl})
+    show_figure(kl_by_position_figure({"this sentence": df_sent}, baselines=False,
+                                      title="KL(p_G ‖ q_θ) per position, this sentence"), "pcfg_kl_sentence")
+
+    st.subheader("Held-out evaluation")
+    n_eval = st.number_input("Held-out sequences", min_value=16, max_value=2048, value=128, step=16, key="pcfg_neval")
+
+    @st.cache_data(max_entries=8, show_spinner="Computing exact distributions and the model's...")
+    def _kl(key: tuple, grammar_json: str, n_seq: int, _m=None, _g=None):
+        from interplab.probes.pcfg_parse import pcfg_kl
+
+        return pcfg_kl(_m, _g, n_seq, 0, n_baseline=5000)
+
+    if st.button("Evaluate KL by position", key="pcfg_eval_btn") or st.session_state.get("pcfg_eval_done"):
+        st.session_state["pcfg_eval_done"] = True
+        dfk = _kl((state.normalize_name(name), backend, device, dtype), g.to_string()[:5000], int(n_eval), _m=model, _g=g)
+        s = dfk.attrs.get("summary", {})
+        st.markdown(f"mean KL **{s.get('kl', float('nan')):.4f}** ± {s.get('kl_se', float('nan')):.4f} nats/token "
+                    f"(bigram {s.get('kl_bigram', float('nan')):.4f}, unigram {s.get('kl_unigram', float('nan')):.4f}); "
+                    f"TV {s.get('tv', float('nan')):.4f}; excess NLL {s.get('excess_nll', float('nan')):.4f} "
+                    f"(pooled KL {s.get('kl_token', float('nan')):.4f}); entropy-rate floor "
+                    f"{s.get('entropy_rate', float('nan')):.4f}.")
+        show_figure(kl_by_position_figure({name: dfk}), "pcfg_kl_by_position")
+
+    st.subheader("Layer-wise parse probes")
+    from interplab.probes.pcfg_parse import PROBE_TARGETS, local_to_global, lstar_slope
+
+    cA, cB, cC = st.columns(3)
+    with cA:
+        probe_kind = st.selectbox("Probe", ["linear", "mlp"], key="pcfg_probe_kind")
+    with cB:
+        n_probe = st.number_input("Sequences", min_value=40, max_value=1000, value=150, step=10, key="pcfg_nprobe")
+    with cC:
+        targets = st.multiselect("Targets", list(PROBE_TARGETS), default=["span_posterior", "gold_label", "next_token"],
+                                 key="pcfg_targets")
+
+    @st.cache_data(max_entries=8, show_spinner="Fitting probes on every layer...")
+    def _probes(key: tuple, grammar_json: str, targets: tuple, probe: str, n_seq: int, _m=None, _g=None):
+        from interplab.probes.pcfg_parse import parse_probes
+
+        return parse_probes(_m, _g, targets=list(targets), probe=probe, n_sequences=n_seq, seed=0)
+
+    if targets and (st.button("Run probes", key="pcfg_probe_btn") or st.session_state.get("pcfg_probe_done")):
+        st.session_state["pcfg_probe_done"] = True
+        dfp = _probes((state.normalize_name(name), backend, device, dtype), g.to_string()[:5000], tuple(targets),
+                      probe_kind, int(n_probe), _m=model, _g=g)
+        if dfp.empty:
+            st.warning("No probe target had enough examples; sample more sequences.")
+        else:
+            tsel = st.selectbox("Target to plot", sorted(dfp.target.unique()), key="pcfg_target_plot")
+            st.caption(PROBE_TARGETS[tsel][2])
+            show_figure(probe_curves_figure(dfp, tsel), "pcfg_probe_curves")
+            if (dfp[dfp.target == tsel]["bucket"] != "all").any():
+                show_figure(local_to_global_heatmap(dfp, tsel), "pcfg_l2g_heatmap")
+            ls = local_to_global(dfp)
+            slopes = {t: lstar_slope(ls, t) for t in ls.target.unique()}
+            show_figure(lstar_figure(ls, slopes=slopes), "pcfg_lstar")
+            st.dataframe(dfp, hide_index=True, key="pcfg_probe_table")

@@ -1,0 +1,29 @@
+"""Probes measure; they never edit the model. One module per method; names are re-exported here lazily so that
+`from interplab.probes import truth_scores` imports only that method's module."""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS: dict[str, str] = {}
+
+
+def _export(module: str, *names: str) -> None:
+    for n in names:
+        _EXPORTS[n] = f"interplab.probes.{module}"
+
+
+_export("pcfg_parse", "pcfg_kl", "parse_probes", "kl_summary", "local_to_global", "lstar_slope",
+        "attention_offset_mass", "model_next_logprobs", "PROBE_TARGETS")
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'interplab.probes' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+__all__ = sorted(_EXPORTS)

@@ -1,0 +1,59 @@
+"""The PCFG page renders: grammar-only (model missing), a custom grammar, and with a PCFG organism."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import interplab.app  # noqa: E402
+
+PAGE = str(Path(interplab.app.__file__).resolve().parent / "pages" / "5_PCFG.py")
+
+
+def _text(at):
+    parts = []
+    for kind in ("markdown", "title", "subheader", "caption", "warning", "info", "error", "success"):
+        parts += [str(getattr(e, "value", "")) for e in getattr(at, kind)]
+    return "\n".join(parts)
+
+
+def test_pcfg_page_grammar_only(monkeypatch):
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", "zoo:no-such-organism")
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert not at.exception, at.exception
+    text = _text(at)
+    assert "not available" in text and "Sentence" in text
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert "pcfg_gold_tree__chart" in keys and "pcfg_next_token__chart" in keys
+    at.selectbox(key="pcfg_source").set_value("hand").run()
+    assert not at.exception, at.exception
+    at.selectbox(key="pcfg_source").set_value("custom (edit rules)").run()
+    at.text_area(key="pcfg_rules").input("S -> A B [1]\nA -> 'x' [0.7]\nA -> 'y' [3e-01]\nB -> 'z' [1]").run()
+    assert not at.exception, at.exception
+    assert "3 nonterminals" in _text(at)
+    at.text_area(key="pcfg_rules").input("S -> A B [0.5]\nA -> 'x' [1]\nB -> 'z' [1]").run()
+    assert not at.exception and "Grammar error" in _text(at)
+
+
+@pytest.mark.slow
+def test_pcfg_page_with_organism(monkeypatch):
+    from interplab.zoo.resolve import find
+    if find("pcfg-L2") is None:
+        pytest.fail("zoo:pcfg-L2 weights are missing from interplab/zoo/weights")
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", "zoo:pcfg-L2")
+    at = AppTest.from_file(PAGE, default_timeout=240).run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="pcfg_source").value == "model's training grammar"
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert "pcfg_kl_sentence__chart" in keys and "pcfg_viterbi_tree__chart" in keys
+    at.button(key="pcfg_eval_btn").click().run()
+    assert not at.exception, at.exception
+    assert "mean KL" in _text(at)
+    at.number_input(key="pcfg_nprobe").set_value(40).run()
+    at.button(key="pcfg_probe_btn").click().run()
+    assert not at.exception, at.exception
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert "pcfg_probe_curves__chart" in keys and "pcfg_lstar__chart" in keys
+    at.slider(key="pcfg_pos").set_value(3).run()
+    assert not at.exception, at.exception

@@ -38,11 +38,26 @@ class LabModel:
         p = next(self.hf_model.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.eos_token_id = tokenizer.eos_token_id
+        self.stop_token_ids = _stop_ids(tokenizer, self.hf_model)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     @property
     def backend(self) -> str:
         return self._impl.name
+
+    @property
+    def bridge(self):
+        """The TransformerLens TransformerBridge (bridge backend only), for TL-native tools such as SAELens."""
+        if self.backend != "bridge":
+            raise InputError(f"{self.name} is loaded on the {self.backend} backend; load it with backend='bridge'")
+        return self._impl.bridge
+
+    @property
+    def nnsight_model(self):
+        """The nnsight wrapper (nnsight backend only), for writing raw nnsight traces."""
+        if self.backend != "nnsight":
+            raise InputError(f"{self.name} is loaded on the {self.backend} backend; load it with backend='nnsight'")
+        return self._impl.nn
 
     def __repr__(self) -> str:
         return (f"LabModel({self.name!r}, backend={self.backend!r}, n_layers={self.n_layers}, n_heads={self.n_heads}, "
@@ -154,8 +169,8 @@ class LabModel:
             new_cols.append(nxt)
             if return_logits:
                 logit_steps.append(last_logits)
-            if stop_at_eos and self.eos_token_id is not None:
-                active = active & (nxt != self.eos_token_id)
+            if stop_at_eos and self.stop_token_ids.numel():
+                active = active & ~torch.isin(nxt, self.stop_token_ids.to(nxt.device))
             if step == max_new_tokens - 1 or not bool(active.any()):
                 break
             # Feed the new token: positions continue each row's real-token count.
@@ -185,14 +200,15 @@ class LabModel:
         new = torch.stack(new_cols, 1)
         tokens = torch.cat([batch.input_ids, new], 1)
         new_lists = []
+        stop = set(self.stop_token_ids.tolist())
         for i in range(b):
             row = []
             for t in new[i].tolist():
                 row.append(t)
-                if stop_at_eos and t == self.eos_token_id:
+                if stop_at_eos and t in stop:
                     break
             new_lists.append(row)
-        text = [self.tokenizer.decode([t for t in r if t != self.eos_token_id], skip_special_tokens=False).strip()
+        text = [self.tokenizer.decode([t for t in r if t not in stop], skip_special_tokens=False).strip()
                 for r in new_lists]
         # attn_pattern keys grow every step, so its decode captures stay a list of [b, h, 1, k_t]
         decode_cache = {k: (v if k.startswith("attn_pattern") else torch.cat(v, 1)) if v else torch.zeros(0)
@@ -201,6 +217,17 @@ class LabModel:
         return GenerateOutput(tokens=tokens, new_tokens=new_lists, text=text, batch=batch,
                               prefill_cache=prefill_cache, decode_cache=decode_cache, decode_active=decode_active,
                               step_logits=torch.stack(logit_steps, 1) if logit_steps else None)
+
+
+def _stop_ids(tokenizer, hf_model) -> torch.Tensor:
+    """EOS of the tokenizer plus every eos id of the generation config (chat models end turns with e.g. <|im_end|>)."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(hf_model, "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        ids.update(int(i) for i in (gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos]))
+    return torch.tensor(sorted(ids), dtype=torch.long)
 
 
 class _PadNaNGuard(Edit):

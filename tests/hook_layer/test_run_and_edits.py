@@ -178,3 +178,26 @@ def test_edit_reprs_are_informative():
     s = Steer("resid_post.2", torch.ones(4), positions="decode", scale=2.0)
     assert "resid_post.2" in repr(s) and "decode" in repr(s) and "scale=2.0" in repr(s)
     assert "heads=[1]" in repr(Ablate("attn_z.0", heads=1))
+
+
+def test_generation_stops_at_generation_config_eos_ids(checkpoint_factory, tmp_path):
+    """Chat checkpoints end turns with e.g. <|im_end|>: every eos id of generation_config stops a row."""
+    import json
+    import shutil
+
+    import interplab
+
+    src = checkpoint_factory("llama", n_layers=3)
+    ckpt = tmp_path / "chat"
+    shutil.copytree(src, ckpt)
+    cfg = json.loads((ckpt / "generation_config.json").read_text())
+    cfg["eos_token_id"] = [2, 5]
+    (ckpt / "generation_config.json").write_text(json.dumps(cfg))
+    m = interplab.load_model(str(ckpt))
+    assert m.stop_token_ids.tolist() == [2, 5]
+    bump = torch.zeros(m.d_vocab)
+    bump[5] = 1e4
+    g = m.generate(PROMPTS, max_new_tokens=4, edits=[Steer("logits", bump, positions="decode")])
+    # the first token comes from prefill (unsteered); the second is the stop token <|im_end|> for every row
+    assert all(len(r) == 2 and r[1] == 5 for r in g.new_tokens)
+    assert all("<|im_end|>" not in t for t in g.text)

@@ -1,0 +1,176 @@
+"""SAE Training page: train FAST / BT(F) / BT(P) SAEs on SAELens, compare runs (metrics table, bar charts,
+training curves, feature density) and their gradient signal-to-noise ratio."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+st.set_page_config(page_title="interplab · SAE Training", page_icon=":microscope:", layout="wide")
+
+from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.errors import InterplabError  # noqa: E402
+
+st.title("SAE Training")
+st.caption("Train sparse autoencoders with SAELens's trainer on FAST (one chat-templated dialogue per forward) or "
+           "block-packed activations (BT(F) on the same dialogues, BT(P) on plain text), then compare them on held-out "
+           "dialogues: log2 MSE (paper Eq. 7), MSE on special tokens, explained variance, L0, Delta Loss, CE score.")
+
+name, backend = model_picker("model")
+device, dtype = picked_device_dtype("model")
+model = require_model(name, backend, device, dtype)
+
+from interplab.experiments.sae import METHOD_LABELS, experiment_data, metrics_row, train_one  # noqa: E402
+from interplab.results.io import read_json, write_json  # noqa: E402
+from interplab.results.runs import interplab_home  # noqa: E402
+from interplab.sae import ARCHITECTURES, load_train_info, load_training_log  # noqa: E402
+
+default_root = str(interplab_home() / "saes")
+root = Path(st.sidebar.text_input("SAE runs folder", value=st.session_state.get("sae_root", default_root),
+                                  key="sae_root_input", help="every run is an SAELens directory inside this folder"))
+st.session_state["sae_root"] = str(root)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _data(model_key: tuple, n_train: int, n_eval: int, _model=None):
+    return experiment_data(_model, n_train, n_eval, n_train, seed=0)
+
+
+def _runs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return sorted([p for p in root.iterdir() if (p / "cfg.json").exists()], key=lambda p: p.stat().st_mtime,
+                  reverse=True)
+
+
+tab_train, tab_compare, tab_gsnr = st.tabs(["Train", "Compare runs", "GSNR"])
+model_key = (name, backend, device, dtype)
+
+with tab_train:
+    c1, c2, c3, c4 = st.columns(4)
+    with c1:
+        method = st.selectbox("Method", list(METHOD_LABELS), format_func=METHOD_LABELS.get, key="sae_method")
+        arch = st.selectbox("Architecture", list(ARCHITECTURES), index=list(ARCHITECTURES).index("jumprelu"),
+                            key="sae_arch")
+    with c2:
+        layer = st.number_input("Layer (resid_post)", 0, model.n_layers - 1, value=max(0, model.n_layers // 2 - 1),
+                                key="sae_layer")
+        expansion = st.number_input("Expansion (d_sae / d_model)", 1, 64, value=8, key="sae_expansion")
+    with c3:
+        steps = st.number_input("Steps", 1, 100_000, value=300, key="sae_steps")
+        batch = st.number_input("Batch tokens", 8, 8192, value=128, key="sae_batch")
+    with c4:
+        lr = st.number_input("Learning rate", 1e-6, 1e-1, value=1e-3, format="%.5f", key="sae_lr")
+        coef = st.number_input("Sparsity coefficient (L1 standard/gated, L0 jumprelu)", 0.0, 100.0,
+                               value=0.5 if arch == "jumprelu" else 1.0, format="%.4f", key="sae_coef")
+    c5, c6, c7 = st.columns(3)
+    with c5:
+        n_train = st.number_input("Training dialogues / texts", 8, 100_000, value=400, key="sae_ntrain")
+    with c6:
+        n_eval = st.number_input("Held-out evaluation dialogues", 2, 10_000, value=64, key="sae_neval")
+    with c7:
+        run_name = st.text_input("Run name", value=f"{arch}_{method}_L{layer}", key="sae_run_name")
+    mode = st.radio("Training mode", ["paper", "native"], horizontal=True, key="sae_mode",
+                    help="paper = SAELens 5.x semantics used by the FAST paper (geometric-median b_dec, unit-norm "
+                         "decoder rows); native = SAELens 6 defaults")
+    if st.button("Train", key="sae_train_btn", type="primary"):
+        data = _data(model_key, int(n_train), int(n_eval), _model=model)
+        out = root / run_name
+        bar = st.progress(0.0, text="harvesting activations...")
+
+        def progress(step, total, row):
+            bar.progress(min(1.0, step / total),
+                         text=f"step {step}/{total} · mse {row.get('mse_loss', float('nan')):.4g} · L0 {row['l0']:.1f}")
+
+        try:
+            kw = {"l0_coefficient": coef} if arch == "jumprelu" else {"l1_coefficient": coef}
+            train_one(model, data, out, method=method, architecture=arch, site=f"resid_post.{int(layer)}",
+                      steps=int(steps), batch_tokens=int(batch), lr=float(lr), expansion=int(expansion), mode=mode,
+                      progress=progress, overwrite=True, **kw)
+            bar.progress(1.0, text="evaluating on held-out dialogues...")
+            row = metrics_row(model, out, data["eval"], method=METHOD_LABELS[method], architecture=arch,
+                              run=run_name)
+            write_json(out / "metrics.json", row)
+            st.success(f"Saved `{out}` (SAELens format: `sae_lens.SAE.load_from_disk('{out}')`).")
+            st.dataframe(pd.DataFrame([row]).drop(columns=["path"]), hide_index=True, key="sae_new_metrics")
+        except InterplabError as e:
+            st.error(str(e))
+
+with tab_compare:
+    runs = _runs(root)
+    if not runs:
+        st.info(f"No SAE runs in `{root}` yet: train one in the Train tab.")
+    else:
+        chosen = st.multiselect("Runs", [p.name for p in runs], default=[p.name for p in runs[:6]], key="sae_cmp")
+        rows, logs, dens = [], {}, {}
+        for nm in chosen:
+            p = root / nm
+            mfile = p / "metrics.json"
+            info = load_train_info(p)
+            row = read_json(mfile) if mfile.exists() else {"method": info.get("method", "?"),
+                                                            "architecture": info.get("architecture", "?")}
+            row["run"] = nm
+            rows.append(row)
+            logs[nm] = load_training_log(p)
+            sp = p / "sparsity.safetensors"
+            if sp.exists():
+                from interplab.results.io import read_arrays
+                dens[nm] = read_arrays(sp)["sparsity"]
+        if rows:
+            df = pd.DataFrame(rows)
+            show_cols = [c for c in ["run", "method", "architecture", "log2_mse", "log2_mse_special",
+                                     "explained_variance", "l0", "dead_features", "delta_loss_pct", "ce_loss_score",
+                                     "kl_sae", "train_tokens_per_s"] if c in df.columns]
+            st.dataframe(df[show_cols], hide_index=True, key="sae_cmp_table")
+            from interplab.figures.sae import density_histogram_figure, metrics_grid_figure, training_curves_figure
+
+            if "log2_mse" in df.columns:
+                df["label"] = df["run"]
+                show_figure(metrics_grid_figure(df, x="architecture", color="method"), key="sae_cmp_bars")
+            y = st.selectbox("Training curve", ["mse_loss", "loss", "l0", "explained_variance", "dead_features"],
+                             key="sae_curve_y")
+            show_figure(training_curves_figure(logs, y=y, log_y=y in ("mse_loss", "loss")), key="sae_curves")
+            if dens:
+                show_figure(density_histogram_figure(dens), key="sae_density")
+
+with tab_gsnr:
+    st.markdown("Gradient signal-to-noise ratio of each run's final SAE, with mini-batches of the same size drawn "
+                "from a chosen activation source (the same θ under different data isolates the data effect).")
+    runs = _runs(root)
+    if not runs:
+        st.info("No runs yet.")
+    else:
+        gruns = st.multiselect("Runs", [p.name for p in runs], default=[p.name for p in runs[:3]], key="sae_gsnr_runs")
+        src = st.selectbox("Data source", ["own method", "fast", "bt_f", "bt_p"], key="sae_gsnr_src")
+        nb = st.number_input("Mini-batches", 2, 1000, value=16, key="sae_gsnr_nb")
+        gb = st.number_input("Tokens per mini-batch (B)", 8, 4096, value=128, key="sae_gsnr_b")
+        if st.button("Compute GSNR", key="sae_gsnr_btn") and gruns:
+            from interplab.figures.sae import gsnr_figure
+            from interplab.sae import block_provider, fast_provider, gsnr, load_sae
+
+            data = _data(model_key, 400, 8, _model=model)
+            frames = []
+            bar = st.progress(0.0)
+            for i, nm in enumerate(gruns):
+                p = root / nm
+                info = load_train_info(p)
+                sae = load_sae(p)
+                site = sae.cfg.metadata.get("interplab_site") or f"resid_post.{max(0, model.n_layers // 2 - 1)}"
+                m = src
+                if m == "own method":
+                    md = sae.cfg.metadata
+                    m = "fast" if md.get("training_data_mode") == "fast_sequential" else (
+                        "bt_p" if md.get("block_data") == "texts" else "bt_f")
+                if m == "fast":
+                    prov = fast_provider(model, data["train"], site=site, repeat=True)
+                else:
+                    prov = block_provider(model, data["texts"] if m == "bt_p" else data["train"], site=site,
+                                          context_size=int(info.get("context_size", 128)), repeat=True)
+                g = gsnr(sae, prov, n_batches=int(nb), batch_tokens=int(gb))
+                g["method"] = f"{nm} on {METHOD_LABELS.get(m, m)}"
+                frames.append(g)
+                bar.progress((i + 1) / len(gruns))
+            gdf = pd.concat(frames, ignore_index=True)
+            st.dataframe(gdf, hide_index=True, key="sae_gsnr_table")
+            show_figure(gsnr_figure(gdf), key="sae_gsnr_fig")

@@ -1,0 +1,203 @@
+"""FAST evaluation of an SAE on per-sample (one dialogue per forward) activations (method spec §2.3, §6A d).
+
+Reconstruction metrics (streaming, no stored activations):
+* MSE (paper Eq. 7): (1 / (N H)) sum_i (1 / L_i) sum_j sum_k (y_ijk - yhat_ijk)^2 — *sequence*-weighted (every
+  dialogue counts equally whatever its length), divided by the hidden size H; reported with its log2 (the paper's
+  tables are log2).
+* MSE_st: the same restricted to special-token positions (ids configurable), averaged over dialogues that contain
+  at least one; log2 too.
+* token-weighted MSE per element and SAELens's `mse` (per-token sum over d, token-weighted) for reference.
+* explained variance (SAELens's `ExplainedVarianceCalculator`: 1 - E||x - xhat||^2 / (E||x||^2 - ||E x||^2)).
+* L0 (mean active features per token), dead features (never active on the evaluation set), dense features
+  (active on more than `dense_threshold` of tokens).
+Downstream metrics (per dialogue, the SAE spliced in by an interplab Edit that replaces the site activation by
+the SAE reconstruction at every real position):
+* Delta Loss % = (CE_sae - CE_clean) / CE_clean * 100, CE = mean next-token cross-entropy per dialogue averaged
+  over dialogues;
+* SAELens-style ce_loss_score = (CE_zero - CE_sae) / (CE_zero - CE_clean) (zero ablation of the site);
+* KL(clean || sae) of the next-token distributions, mean over predicted tokens.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+from interplab.errors import InputError, ShapeError
+
+
+class ReconstructionAccumulator:
+    """Streaming reconstruction / sparsity statistics; call `update` once per sequence (dialogue)."""
+
+    def __init__(self, d_sae: int | None = None, special_token_ids: Sequence[int] | None = None,
+                 dense_threshold: float = 0.1):
+        from sae_lens.evals import ExplainedVarianceCalculator
+
+        self.special = torch.tensor(sorted(set(int(i) for i in (special_token_ids or []))), dtype=torch.long)
+        self.dense_threshold = float(dense_threshold)
+        self.ev = ExplainedVarianceCalculator()
+        self.n_seq = 0
+        self.H: int | None = None
+        self.seq_mse_sum = 0.0          # sum_i (1/L_i) sum_j ||e_ij||^2
+        self.st_seq_mse_sum = 0.0       # same over special positions, for sequences with >= 1 special token
+        self.n_seq_st = 0
+        self.tok_sq_sum = 0.0           # sum over all tokens of ||e||^2
+        self.n_tok = 0
+        self.n_tok_st = 0
+        self.l0_sum = 0.0
+        self.fire_counts: torch.Tensor | None = torch.zeros(d_sae, dtype=torch.float64) if d_sae else None
+        self.max_act: torch.Tensor | None = None
+
+    def update(self, x: torch.Tensor, x_hat: torch.Tensor, token_ids: torch.Tensor | None = None,
+               feature_acts: torch.Tensor | None = None) -> None:
+        if x.ndim != 2 or x.shape != x_hat.shape:
+            raise ShapeError(f"x and x_hat must both be [L, d]; got {tuple(x.shape)} and {tuple(x_hat.shape)}")
+        L, H = x.shape
+        if L == 0:
+            return
+        if self.H is None:
+            self.H = H
+        elif H != self.H:
+            raise ShapeError(f"hidden size changed from {self.H} to {H}")
+        x64, xh64 = x.detach().double().cpu(), x_hat.detach().double().cpu()
+        sq = (x64 - xh64).pow(2).sum(-1)  # [L]
+        self.n_seq += 1
+        self.seq_mse_sum += float(sq.sum()) / L
+        self.tok_sq_sum += float(sq.sum())
+        self.n_tok += L
+        self.ev.add_batch(xh64, x64)
+        if token_ids is not None and self.special.numel():
+            if token_ids.shape[0] != L:
+                raise ShapeError(f"token_ids has {token_ids.shape[0]} entries for {L} activation rows")
+            m = torch.isin(token_ids.cpu().long(), self.special)
+            if m.any():
+                self.st_seq_mse_sum += float(sq[m].sum()) / int(m.sum())
+                self.n_seq_st += 1
+                self.n_tok_st += int(m.sum())
+        if feature_acts is not None:
+            f = feature_acts.detach().cpu()
+            if f.shape[0] != L:
+                raise ShapeError(f"feature_acts has {f.shape[0]} rows for {L} activation rows")
+            active = (f != 0)
+            self.l0_sum += float(active.sum())
+            if self.fire_counts is None:
+                self.fire_counts = torch.zeros(f.shape[1], dtype=torch.float64)
+            self.fire_counts += active.sum(0).double()
+            mx = f.float().max(0).values
+            self.max_act = mx if self.max_act is None else torch.maximum(self.max_act, mx)
+
+    def result(self) -> dict:
+        if self.n_seq == 0:
+            raise InputError("no sequences were evaluated")
+        H = self.H
+        mse = self.seq_mse_sum / (self.n_seq * H)
+        out = {
+            "n_sequences": self.n_seq, "n_tokens": self.n_tok,
+            "mse": mse, "log2_mse": math.log2(mse) if mse > 0 else -math.inf,
+            "mse_token_weighted": self.tok_sq_sum / (self.n_tok * H),
+            "mse_saelens": self.tok_sq_sum / self.n_tok,
+            "explained_variance": float(self.ev.compute()),
+            "n_sequences_special": self.n_seq_st, "n_tokens_special": self.n_tok_st,
+        }
+        if self.n_seq_st:
+            mst = self.st_seq_mse_sum / (self.n_seq_st * H)
+            out.update(mse_special=mst, log2_mse_special=math.log2(mst) if mst > 0 else -math.inf)
+        else:
+            out.update(mse_special=float("nan"), log2_mse_special=float("nan"))
+        if self.fire_counts is not None and self.n_tok:
+            freq = self.fire_counts / self.n_tok
+            out.update(l0=self.l0_sum / self.n_tok, dead_features=int((self.fire_counts == 0).sum()),
+                       dense_features=int((freq > self.dense_threshold).sum()), d_sae=int(freq.numel()),
+                       dense_threshold=self.dense_threshold)
+        return out
+
+
+def next_token_ce(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row mean next-token CE over real positions (logits[:, t] predicts tokens[:, t+1]) and the per-position
+    CE [b, p-1] (0 at masked positions). mask: [b, p] real tokens."""
+    if logits.ndim != 3 or logits.shape[:2] != tokens.shape or tokens.shape != mask.shape:
+        raise ShapeError(f"logits [b,p,V], tokens [b,p], mask [b,p] expected; got {tuple(logits.shape)}, "
+                         f"{tuple(tokens.shape)}, {tuple(mask.shape)}")
+    lp = torch.log_softmax(logits[:, :-1].double(), -1)
+    ce = -lp.gather(-1, tokens[:, 1:, None].long()).squeeze(-1)
+    m = (mask[:, :-1] & mask[:, 1:]).to(ce.dtype)
+    ce = ce * m
+    return ce.sum(1) / m.sum(1).clamp_min(1), ce
+
+
+def kl_per_row(logits_p: torch.Tensor, logits_q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over real positions of KL(p || q) (p = clean) per row."""
+    lp = torch.log_softmax(logits_p.double(), -1)
+    lq = torch.log_softmax(logits_q.double(), -1)
+    kl = (lp.exp() * (lp - lq)).sum(-1)
+    m = mask.to(kl.dtype)
+    return (kl * m).sum(1) / m.sum(1).clamp_min(1)
+
+
+def sae_recon(sae: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(feature_acts, reconstruction) for [..., d] activations (no error term)."""
+    dev = getattr(sae, "device", torch.device("cpu"))
+    xin = x.to(dev, sae.dtype)
+    f = sae.encode(xin)
+    return f, sae.decode(f).to(x.dtype).to(x.device)
+
+
+def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | None = None,
+                 special_token_ids: Sequence[int] | None = None, truncate: int | None = 8192, micro_batch: int = 16,
+                 downstream: bool = True, dense_threshold: float = 0.1) -> dict:
+    """FAST evaluation of `sae` (an SAELens SAE or a directory) on `dialogues` (one per forward).
+
+    special_token_ids: ids counted for MSE_st (default: the tokenizer's special/added tokens, i.e. the chat
+    markers and BOS/EOS). Returns a flat dict: mse, log2_mse, mse_special, log2_mse_special, mse_token_weighted,
+    mse_saelens, explained_variance, l0, dead_features, dense_features, and with `downstream`: ce_clean, ce_sae,
+    ce_zero_ablation, delta_loss_pct, ce_loss_score, kl_sae, kl_zero_ablation."""
+    from interplab.sae._util import load_sae, sae_site, special_token_ids as _special
+    from interplab.sae.providers import fast_provider
+
+    sae = load_sae(sae)
+    site = sae_site(sae, site)
+    if special_token_ids is None:
+        special_token_ids = _special(model.tokenizer)
+    prov = fast_provider(model, dialogues, site=site, truncate=truncate, micro_batch=micro_batch, shuffle=False,
+                         bucket=True)
+    acc = ReconstructionAccumulator(int(sae.cfg.d_sae), special_token_ids, dense_threshold)
+    sae.eval()
+    with torch.no_grad():
+        for ch in prov.iter_chunks():
+            f, xh = sae_recon(sae, ch.acts)
+            acc.update(ch.acts, xh.float(), ch.token_ids, f)
+    res = acc.result()
+    res["site"] = site
+    res["special_token_ids"] = list(map(int, special_token_ids))
+    if downstream:
+        res.update(downstream_metrics(model, sae, prov, site=site))
+    return res
+
+
+def downstream_metrics(model: Any, sae: Any, provider: Any, *, site: str) -> dict:
+    """CE clean / with SAE / with zero ablation per dialogue, Delta Loss %, ce_loss_score and KL."""
+    from interplab.interventions import Ablate
+    from interplab.sae.steering import SAESplice
+
+    splice = SAESplice(sae, site)
+    ablate = Ablate(site)
+    ce = {"clean": [], "sae": [], "zero": []}
+    kl = {"sae": [], "zero": []}
+    with torch.no_grad():
+        for idx in provider._batches(0):
+            seqs = [provider.samples[i] for i in idx]
+            clean = model.run(seqs, logits=True)
+            toks, mask = clean.batch.input_ids, clean.batch.attention_mask.bool()
+            ce_c, _ = next_token_ce(clean.logits, toks, mask)
+            ce["clean"].append(ce_c)
+            for key, edit in (("sae", splice), ("zero", ablate)):
+                o = model.run(seqs, edits=[edit], logits=True)
+                ce[key].append(next_token_ce(o.logits, toks, mask)[0])
+                kl[key].append(kl_per_row(clean.logits, o.logits, mask))
+    c = {k: torch.cat(v).mean().item() for k, v in ce.items()}
+    denom = c["zero"] - c["clean"]
+    return {"ce_clean": c["clean"], "ce_sae": c["sae"], "ce_zero_ablation": c["zero"],
+            "delta_loss_pct": (c["sae"] - c["clean"]) / c["clean"] * 100.0,
+            "ce_loss_score": (c["zero"] - c["sae"]) / denom if abs(denom) > 1e-12 else float("nan"),
+            "kl_sae": torch.cat(kl["sae"]).mean().item(), "kl_zero_ablation": torch.cat(kl["zero"]).mean().item()}

@@ -1,0 +1,255 @@
+"""SAE edits: splice the reconstruction in (evaluation) and steer with a decoder direction (paper §6, App. F).
+
+Steering is additive, not clamping: x' = x + alpha * W_dec[k] at the SAE's site. Because SAE decoding is linear,
+this equals adding alpha on feature k at the SAE's post-activation with the error term kept (tested). Positions:
+"all" (prompt and generated tokens), "template" (prompt positions holding chat-template tokens), "generated"
+(generated tokens only)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from interplab.errors import ConfigError, InputError, ShapeError
+from interplab.interventions.base import PHASES, Edit
+
+
+class SAESplice(Edit):
+    """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real position."""
+
+    def __init__(self, sae: Any, site: str | None = None, phases: Sequence[str] = PHASES):
+        from interplab.sae._util import load_sae, sae_site
+
+        self.sae = load_sae(sae)
+        self.sites = (sae_site(self.sae, site),)
+        self.phases = tuple(phases)
+        self._validate_phases()
+
+    def apply(self, site, x, ctx):
+        if x.shape[-1] != self.sae.cfg.d_in:
+            raise ShapeError(f"SAE d_in {self.sae.cfg.d_in} does not match {site} width {x.shape[-1]}")
+        dev = self.sae.W_dec.device
+        with torch.no_grad():
+            xh = self.sae.decode(self.sae.encode(x.to(dev, self.sae.W_dec.dtype)))
+        return xh.to(device=x.device, dtype=x.dtype)
+
+    def __repr__(self):
+        return f"SAESplice(site={self.sites[0]!r}, d_sae={self.sae.cfg.d_sae}, arch={self.sae.cfg.architecture()!r})"
+
+
+def template_token_ids(tokenizer: Any) -> list[int]:
+    """Chat-template tokens: special/added tokens plus single-token role names (system, user, assistant)."""
+    from interplab.sae._util import special_token_ids
+
+    ids = set(special_token_ids(tokenizer))
+    for role in ("system", "user", "assistant"):
+        t = tokenizer(role, add_special_tokens=False)["input_ids"]
+        if len(t) == 1:
+            ids.add(int(t[0]))
+    pad = getattr(tokenizer, "pad_token_id", None)
+    ids.discard(pad)
+    return sorted(ids)
+
+
+class SAESteer(Edit):
+    """x <- x + alpha * W_dec[feature] at the SAE's site.
+
+    positions: "all" | "generated" | "template". "template" needs `prompt_ids` (the token ids of each batch row's
+    prompt, in batch order) and `template_ids`; it edits prompt positions whose token is a template token (tokens
+    generated later are not inspected). alpha = 0 is skipped entirely (bit-identical to no edit)."""
+
+    def __init__(self, sae: Any, feature: int, alpha: float, *, site: str | None = None, positions: str = "all",
+                 prompt_ids: Sequence[Sequence[int]] | None = None, template_ids: Sequence[int] | None = None,
+                 normalize: bool = False):
+        from interplab.sae._util import load_sae, sae_site
+
+        self.sae = load_sae(sae)
+        d_sae = int(self.sae.cfg.d_sae)
+        if not 0 <= int(feature) < d_sae:
+            raise InputError(f"feature {feature} out of range for an SAE with {d_sae} features")
+        self.feature, self.alpha, self.mode = int(feature), float(alpha), positions
+        v = self.sae.W_dec[self.feature].detach().float().cpu()
+        self.vector = v / v.norm().clamp_min(1e-12) if normalize else v
+        self.sites = (sae_site(self.sae, site),)
+        if positions == "all":
+            self.positions = "all"
+        elif positions == "generated":
+            self.positions = "decode"
+        elif positions == "template":
+            if prompt_ids is None or template_ids is None:
+                raise InputError("positions='template' needs prompt_ids and template_ids")
+            self._tmask = _template_masks(prompt_ids, template_ids)
+            self.positions = self._template_positions
+        else:
+            raise ConfigError(f"positions must be 'all', 'template' or 'generated', got {positions!r}")
+
+    def _template_positions(self, ctx) -> torch.Tensor:
+        tm = self._tmask.to(ctx.positions.device)
+        if tm.shape[0] != ctx.positions.shape[0]:
+            raise ShapeError(f"prompt_ids has {tm.shape[0]} rows, the batch has {ctx.positions.shape[0]}")
+        pos = ctx.positions.clamp(min=0)
+        inside = pos < tm.shape[1]
+        vals = torch.gather(tm, 1, pos.clamp(max=tm.shape[1] - 1))
+        return vals & inside & (ctx.positions < ctx.prompt_lengths[:, None]) & (ctx.positions >= 0)
+
+    def is_noop(self) -> bool:
+        return self.alpha == 0.0
+
+    def apply(self, site, x, ctx):
+        if x.shape[-1] != self.vector.shape[0]:
+            raise ShapeError(f"W_dec row width {self.vector.shape[0]} does not match {site} width {x.shape[-1]}")
+        return x + self.alpha * self.vector.to(device=x.device, dtype=x.dtype)
+
+    def __repr__(self):
+        return (f"SAESteer(site={self.sites[0]!r}, feature={self.feature}, alpha={self.alpha}, "
+                f"positions={self.mode!r})")
+
+
+def _template_masks(prompt_ids: Sequence[Sequence[int]], template_ids: Sequence[int]) -> torch.Tensor:
+    T = max(len(p) for p in prompt_ids)
+    m = torch.zeros(len(prompt_ids), T, dtype=torch.bool)
+    tset = torch.tensor(sorted(set(int(t) for t in template_ids)) or [-1])
+    for i, p in enumerate(prompt_ids):
+        if len(p):
+            m[i, :len(p)] = torch.isin(torch.tensor(list(p)), tset)
+    return m
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SteeringSweepConfig:
+    """feature: SAE feature whose decoder row is added. alphas: strengths (paper: 0, 15, 25, 50, 100, 150, 200).
+    positions: all | template | generated. max_new_tokens: greedy generation length. site: None -> the SAE's.
+    normalize: use the unit-norm decoder direction instead of the raw row (paper-mode SAEs are unit norm anyway)."""
+
+    feature: int = 0
+    alphas: tuple[float, ...] = (0.0, 15.0, 25.0, 50.0, 100.0, 150.0, 200.0)
+    positions: str = "all"
+    max_new_tokens: int = 24
+    site: str | None = None
+    normalize: bool = False
+
+
+@dataclass
+class SteeringSweepResult:
+    """Generations of an alpha sweep. `rows`: one dict per (alpha, prompt) with the generated ids (`new_tokens`,
+    as generated), the reply (`text`: decoded up to the first stop token — tokenizer EOS or a generation_config eos
+    id such as <|im_end|>), the target feature's mean activation on the generated tokens (clean re-forward, no
+    steering), the fraction of repeated 3-grams and the distinct-token ratio of the reply."""
+
+    config: SteeringSweepConfig
+    rows: list[dict] = field(default_factory=list)
+    sae_path: str | None = None
+    model_name: str | None = None
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def summary(self):
+        df = self.to_frame()
+        cols = [c for c in ("target_activation", "repeated_3gram_frac", "distinct_ratio", "reply_len", "exact_match")
+                if c in df.columns]
+        return df.groupby("alpha")[cols].mean().reset_index()
+
+    def save(self, d: str | Path) -> Path:
+        from interplab.results.io import write_json, write_table
+
+        d = Path(d)
+        write_json(d / "steering_config.json", {"config": asdict(self.config), "sae_path": self.sae_path,
+                                                "model_name": self.model_name})
+        df = self.to_frame().copy()
+        if "new_tokens" in df:
+            df["new_tokens"] = df["new_tokens"].map(lambda x: " ".join(map(str, x)))
+        write_table(d / "steering_generations.csv", df)
+        return d
+
+    @classmethod
+    def load(cls, d: str | Path) -> "SteeringSweepResult":
+        from interplab.results.io import read_json, read_table
+
+        d = Path(d)
+        meta = read_json(d / "steering_config.json")
+        cfg = meta["config"]
+        cfg["alphas"] = tuple(cfg["alphas"])
+        df = read_table(d / "steering_generations.csv")
+        if "new_tokens" in df:
+            df["new_tokens"] = df["new_tokens"].fillna("").map(lambda s: [int(t) for t in str(s).split()])
+        if "text" in df:
+            df["text"] = df["text"].fillna("")
+        return cls(SteeringSweepConfig(**cfg), df.to_dict("records"), meta.get("sae_path"), meta.get("model_name"))
+
+
+def stop_token_ids(model: Any) -> set[int]:
+    """Ids that end a turn: the tokenizer's EOS plus the checkpoint's generation_config eos ids (e.g. <|im_end|>)."""
+    ids = set()
+    tok = model.tokenizer
+    if getattr(tok, "eos_token_id", None) is not None:
+        ids.add(int(tok.eos_token_id))
+    gc = getattr(getattr(model, "hf_model", None), "generation_config", None)
+    e = getattr(gc, "eos_token_id", None) if gc is not None else None
+    if e is not None:
+        ids |= {int(x) for x in (e if isinstance(e, (list, tuple)) else [e])}
+    return ids
+
+
+def _cut(ids: list[int], stops: set[int]) -> list[int]:
+    for i, t in enumerate(ids):
+        if t in stops:
+            return ids[:i]
+    return ids
+
+
+def _rep_stats(ids: list[int]) -> tuple[float, float]:
+    if not ids:
+        return 0.0, 0.0
+    grams = [tuple(ids[i:i + 3]) for i in range(len(ids) - 2)]
+    rep = 1 - len(set(grams)) / len(grams) if grams else 0.0
+    return rep, len(set(ids)) / len(ids)
+
+
+def steering_sweep(model: Any, sae: Any, prompts: Sequence[Any], config: SteeringSweepConfig | None = None,
+                   **kw: Any) -> SteeringSweepResult:
+    """Greedy generations for every alpha in the sweep, adding alpha * W_dec[feature] at the SAE's site.
+
+    prompts: dialogues (rendered with the chat template and a generation prompt) or plain strings."""
+    from interplab.sae._util import chat_ids, is_dialogue, load_sae, sae_site
+
+    cfg = config or SteeringSweepConfig(**kw)
+    sae_obj = load_sae(sae)
+    site = sae_site(sae_obj, cfg.site)
+    if not prompts:
+        raise InputError("steering_sweep needs at least one prompt")
+    tok = model.tokenizer
+    pids = [chat_ids(tok, p, add_generation_prompt=True) if is_dialogue(p)
+            else tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    tmpl = template_token_ids(tok)
+    stops = stop_token_ids(model)
+    res = SteeringSweepResult(cfg, [], str(sae) if isinstance(sae, (str, Path)) else None,
+                              getattr(model, "name", None))
+    for alpha in cfg.alphas:
+        edit = SAESteer(sae_obj, cfg.feature, alpha, site=site, positions=cfg.positions, prompt_ids=pids,
+                        template_ids=tmpl, normalize=cfg.normalize)
+        gen = model.generate(pids, max_new_tokens=cfg.max_new_tokens, edits=[edit], greedy=True)
+        full = [list(p) + list(n) for p, n in zip(pids, gen.new_tokens)]
+        with torch.no_grad():
+            clean = model.run(full, capture=[site], logits=False)
+            acts = clean.cache[site]
+            mask = clean.batch.attention_mask.bool()
+            f = sae_obj.encode(acts.to(sae_obj.W_dec.dtype))[..., cfg.feature]
+        for i, (p, n) in enumerate(zip(pids, gen.new_tokens)):
+            fi = f[i][mask[i]]
+            gen_part = fi[len(p):]
+            reply = _cut(list(map(int, n)), stops)
+            rep, distinct = _rep_stats(reply)
+            res.rows.append({"alpha": float(alpha), "prompt_idx": i, "prompt": tok.decode(p),
+                             "text": tok.decode(reply).strip(), "new_tokens": list(map(int, n)),
+                             "n_new": len(n), "reply_len": len(reply),
+                             "target_activation": float(gen_part.mean()) if gen_part.numel() else 0.0,
+                             "repeated_3gram_frac": rep, "distinct_ratio": distinct})
+    return res

@@ -29,7 +29,7 @@ def capture_vs_run_with_cache():
     """LabModel.run(capture=[resid_post.1], logits=False) vs bridge.run_with_cache(tokens) on the same bridge."""
     m = _model()
     ids = _tokens(m)
-    bridge = m._impl.bridge
+    bridge = m.bridge
     ours = timeit(lambda: m.run(ids, capture=["resid_post.1"], logits=False), repeat=5)
     anchor = timeit(lambda: bridge.run_with_cache(ids, prepend_bos=False), repeat=5)
     filtered = timeit(lambda: bridge.run_with_cache(ids, prepend_bos=False,

@@ -98,7 +98,7 @@ def bench_train(model, dialogues, site: str, steps: int, batch: int, context: in
     t_fast = time.perf_counter() - t0
 
     # SAELens's runner on the same bridge, same dialogues (chat formatting), same width / batch / context / buffer
-    bridge = model._impl.bridge
+    bridge = model.bridge
     ds = datasets.Dataset.from_dict({"messages": dialogues})
     store_prompts = 8
     n_batches_in_buffer = max(2, buffer_tokens // (store_prompts * context))

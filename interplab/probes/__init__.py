@@ -16,6 +16,12 @@ _export("pcfg_parse", "pcfg_kl", "parse_probes", "kl_summary", "local_to_global"
         "attention_offset_mass", "model_next_logprobs", "PROBE_TARGETS")
 
 
+_export("crh", "concept_diffs", "concept_acts", "fit_cylinder", "Cylinder", "penalty_vector", "sector_vectors",
+        "sector_scan", "penalty_scan", "baseline_scan", "steer_generate", "SectorMap", "PenaltyMap", "PairwiseTest",
+        "pairwise_test", "trig_law_scan", "fit_helix", "HelixFit", "GibberishFilter", "TokenSetJudge", "LLMJudge",
+        "planted_cylinder", "generate_concept_pairs", "load_concept_menu")
+
+
 def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -1,0 +1,212 @@
+"""CRH page: cylinder geometry of concept difference vectors, sector and penalty steering.
+
+Two sources: a planted cylinder (synthetic, spec §7A; no model needed) or a model's concepts (toy-chat concepts, or
+your own with/without pairs). Views: the 3-D cylinder, the polar sector map (population + per sample), penalty
+heatmaps, the Implication-3 pairwise scatter and a steering "try it" box. A thin view over interplab.probes.crh."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+st.set_page_config(page_title="interplab · CRH", page_icon=":microscope:", layout="wide")
+
+from interplab.app import state  # noqa: E402
+from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.errors import InterplabError  # noqa: E402
+from interplab.figures.crh import (cylinder_scene, pairwise_scatter, penalty_heatmaps,  # noqa: E402
+                                   sector_polar)
+from interplab.probes import crh  # noqa: E402
+from interplab.probes.crh_judges import LABEL_NAMES  # noqa: E402
+from interplab.probes.crh_synthetic import SECTOR_MODES  # noqa: E402
+
+st.title("CRH · cylindrical concept geometry")
+st.caption("Difference vectors (with concept − without) split into a central axis û and a normal part; the plane "
+           "of the top-2 normal directions is estimable, the sensitive sector of a sample is not (CRH). Each fitted "
+           "view is a 2-D slice of a (d−1)-dim normal space: read the top-2 explained variance in the titles.")
+
+source = st.radio("Source", ["Planted cylinder (synthetic, no model)", "Model concepts"], horizontal=True,
+                  key="crh_source")
+
+
+# ----------------------------------------------------------------------------------------------- synthetic
+@st.cache_data(max_entries=16, show_spinner="Drawing the planted cylinder and scanning sectors...")
+def _synthetic(seed: int, sector: str, gamma: float, n_bins: int, n_test: int, lrh_null: bool):
+    org = crh.planted_cylinder(seed=seed, sector=sector, n_test=n_test, lrh_null=lrh_null)
+    L = np.linspace(6 / 25, 6, 25)
+    sm, cyl = crh.synthetic_sector_map(org, gamma_deg=gamma, n_bins=n_bins, strengths=L)
+    pm = crh.synthetic_penalty_map(org, cyl, strengths=L)
+    pt = None
+    try:
+        pt = crh.pairwise_test(org.test, pm.margins(0), n_perm=200, seed=seed)
+    except InterplabError:
+        pass
+    return org, cyl, sm, pm, pt
+
+
+def _views(cyl, sm, pm, pt, sample_diffs, key: str, frame_note: str = ""):
+    st.subheader("Cylinder")
+    c1, c2, c3 = st.columns(3)
+    c1.metric("top-2 EV of normal residuals", f"{cyl.plane_explained:.3f}",
+              help="LRH null (collinear diffs + isotropic noise) at this n, d: "
+                   f"{cyl.null_plane_explained:.3f} (p99 {cyl.null_plane_explained_p99:.3f})")
+    c2.metric("cylinder score (EV / null)", f"{cyl.cylinder_score:.2f}")
+    c3.metric("radius (median normal norm)", f"{cyl.radius:.3g}", help=f"‖a‖ = {cyl.axis_norm:.3g}")
+    n = sample_diffs.shape[0]
+    s1, s2 = st.columns(2)
+    with s1:
+        sample = st.selectbox("Sample for the penalty polyline", list(range(n)), key=f"{key}_sample")
+    with s2:
+        Lmax = float(sm.strengths.max())
+        L = st.slider("Strength L of the polyline", 0.0, Lmax, value=Lmax / 2, key=f"{key}_L")
+    fig = cylinder_scene(cyl, sector_auc=sm.population_auc, sample_diff=sample_diffs[int(sample)],
+                         strength=L, ps=np.linspace(0, 1, 11))
+    show_figure(fig, key=f"{key}_scene")
+    st.subheader("Sector map" + frame_note)
+    c = sm.centre
+    st.caption(f"Population sector centre: {'n/a (flat map)' if math.isnan(c) else f'{math.degrees(c):.0f}°'} "
+               f"(AUC-weighted circular mean); suppressing sector "
+               f"{'n/a' if math.isnan(sm.suppress) else f'{math.degrees(sm.suppress):.0f}°'}.")
+    show_figure(sector_polar(sm), key=f"{key}_polar")
+    with st.expander("Per-bin table"):
+        st.dataframe(sm.bins_frame().round(4), hide_index=True, key=f"{key}_bins")
+    st.subheader("Penalty steering (Implication 1)")
+    show_figure(penalty_heatmaps(pm), key=f"{key}_penalty")
+    st.subheader("Pairwise test (Implication 3)")
+    if pt is None:
+        st.info("Fewer than 3 pairs of activated samples: the pairwise test needs more samples or larger strengths.")
+    else:
+        show_figure(pairwise_scatter(pt), key=f"{key}_pairwise")
+
+
+if source.startswith("Planted"):
+    c1, c2, c3, c4, c5 = st.columns(5)
+    seed = c1.number_input("Seed", 0, 10_000, 0, key="crh_syn_seed")
+    sector = c2.selectbox("Hidden sectors", list(SECTOR_MODES), key="crh_syn_sector")
+    gamma = c3.slider("γ (tilt from the axis, °)", 5.0, 85.0, 45.0, key="crh_syn_gamma")
+    n_bins = c4.select_slider("Sector bins", [8, 12, 24, 36], value=24, key="crh_syn_bins")
+    lrh = c5.checkbox("LRH null (ρ = 0)", value=False, key="crh_syn_null")
+    org, cyl, sm, pm, pt = _synthetic(int(seed), sector, float(gamma), int(n_bins), 12, bool(lrh))
+    if not lrh:
+        centre = org.to_planted_angle(sm.centre, cyl.plane)
+        st.success(f"Recovery: axis {crh.angle_between(cyl.axis, org.u):.2f}°, plane "
+                   f"{crh.max_principal_angle(cyl.plane, org.plane):.2f}°, radius {cyl.radius:.3f} "
+                   f"(expected {org.expected_radius:.3f}); sector centre error "
+                   + ("n/a" if math.isnan(centre) else f"{abs(math.degrees(crh.wrap_angle(centre - org.psi0))):.1f}°")
+                   + " (spec thresholds: 6°, 6°, 10%, 15°).")
+    _views(cyl, sm, pm, pt, org.test, key="crh_syn")
+    st.stop()
+
+
+# ----------------------------------------------------------------------------------------------- model
+name, backend = model_picker("model")
+device, dtype = picked_device_dtype("model")
+model = require_model(name, backend, device, dtype)
+
+from interplab.data.concepts import CONCEPT_NAMES  # noqa: E402
+from interplab.experiments.crh import ConceptData, toy_concept_data  # noqa: E402
+
+vocab = model.tokenizer.get_vocab()
+has_toy = all(w in vocab for w in ("cat", "dog", "sep", "the"))
+c1, c2, c3 = st.columns(3)
+with c1:
+    kind = st.selectbox("Concept source", (["toy concept"] if has_toy else []) + ["toy concept (vocab fallback)",
+                                                                                   "custom pairs"], key="crh_kind")
+with c2:
+    layer = st.number_input("Layer (read = write site resid_post.L)", 0, model.n_layers - 1, model.n_layers // 2,
+                            key="crh_layer")
+with c3:
+    n_train = st.number_input("Train pairs", 6, 400, 60, key="crh_ntrain")
+
+data = None
+if kind.startswith("toy"):
+    concept = st.selectbox("Concept", list(CONCEPT_NAMES), key="crh_concept")
+    try:
+        data = toy_concept_data(model, concept, n_train=int(n_train), n_test=4, seed=0,
+                                vocab_fallback="fallback" in kind)
+    except InterplabError as exc:
+        st.warning(str(exc))
+        st.stop()
+else:
+    txt = st.text_area("Pairs, one per line: `text without concept || text with concept`", key="crh_pairs",
+                       height=140)
+    words = st.text_input("Concept words (judge token set, comma-separated)", key="crh_words")
+    prompts = st.text_area("Test prompts (one per line; each needs a pair above, first lines)", key="crh_prompts")
+    pairs = [tuple(s.strip() for s in line.split("||")) for line in txt.splitlines() if "||" in line]
+    tp = [p for p in prompts.splitlines() if p.strip()]
+    if len(pairs) < 3 or not words.strip() or not tp or len(tp) > len(pairs):
+        st.info("Give at least 3 pairs, the concept words and 1..n_pairs test prompts.")
+        st.stop()
+    data = ConceptData(name="custom", words=tuple(w.strip() for w in words.split(",") if w.strip()),
+                       train_pairs=pairs, test_pairs=pairs[: len(tp)], test_prompts=tp)
+
+
+key = (state.normalize_name(name), backend, device, dtype, kind, getattr(data, "name", ""), int(layer), int(n_train))
+
+
+@st.cache_data(max_entries=16, show_spinner="Reading difference vectors...")
+def _diffs(key, _model=None, _data=None):
+    d, a_no, a_yes = crh.concept_diffs(_model, _data.train_pairs, layer=key[6], return_acts=True)
+    dt = crh.concept_diffs(_model, _data.test_pairs, layer=key[6])
+    return d, dt
+
+
+try:
+    d_train, d_test = _diffs(key, _model=model, _data=data)
+    cyl = crh.fit_cylinder(d_train, meta={"layer": int(layer)})
+except InterplabError as exc:
+    st.error(f"Cannot read difference vectors: {exc}")
+    st.stop()
+
+judge = crh.TokenSetJudge(data.words)
+with st.form("crh_scan"):
+    st.markdown("**Steering scans** (batched: all conditions in as few generate calls as the row budget allows)")
+    f1, f2, f3, f4 = st.columns(4)
+    n_bins_m = f1.select_slider("Sector bins", [6, 8, 12, 24], value=12)
+    n_steps = f2.number_input("Strength steps", 2, 25, 6)
+    lmax_mult = f3.number_input("L_max / ‖a‖", 0.5, 20.0, 3.0)
+    new_tok = f4.number_input("New tokens", 1, 32, 8)
+    go_scan = st.form_submit_button("Run sector + penalty scans")
+if go_scan:
+    L = crh.strength_grid(float(lmax_mult) * cyl.axis_norm, int(n_steps))
+    bar = st.progress(0.0, text="sector scan")
+    sm = crh.sector_scan(model, data.test_prompts, cyl, layer=int(layer), judge=judge, n_bins=int(n_bins_m),
+                         strengths=L, max_new_tokens=int(new_tok), progress=lambda f: bar.progress(f * 0.5))
+    pm = crh.penalty_scan(model, data.test_prompts, d_test, cyl.axis, layer=int(layer), judge=judge, strengths=L,
+                          ps=crh.penalty_grid(6), max_new_tokens=int(new_tok),
+                          progress=lambda f: bar.progress(0.5 + f * 0.5))
+    bar.empty()
+    pt = None
+    try:
+        pt = crh.pairwise_test(d_test, pm.margins(0), n_perm=200)
+    except InterplabError:
+        pass
+    st.session_state["crh_model_result"] = (key, sm, pm, pt)
+
+res = st.session_state.get("crh_model_result")
+if res is not None and res[0] == key:
+    _, sm, pm, pt = res
+    _views(cyl, sm, pm, pt, d_test, key="crh_model")
+else:
+    show_figure(cylinder_scene(cyl, sample_diff=d_test[0]), key="crh_model_scene_only")
+    st.info("Run the scans to see sector maps, penalty heatmaps and the pairwise test.")
+
+st.subheader("Try it: steer one prompt")
+t1, t2, t3, t4 = st.columns([3, 1, 1, 1])
+prompt = t1.text_input("Prompt (plain text; toy concepts use the chat template of the first test prompt if empty)",
+                       key="crh_try_prompt")
+beta = t2.slider("β (°)", 0, 359, 0, key="crh_try_beta")
+gam = t3.slider("γ (°)", 0, 90, 45, key="crh_try_gamma")
+strength = t4.number_input("L", 0.0, 1e4, float(round(3 * cyl.axis_norm, 3)), key="crh_try_L")
+if st.button("Generate", key="crh_try_go"):
+    p = prompt if prompt.strip() else data.test_prompts[0]
+    b, g = math.radians(beta), math.radians(gam)
+    v = strength * (math.cos(g) * cyl.axis + math.sin(g) * (math.cos(b) * cyl.plane[:, 0] + math.sin(b) * cyl.plane[:, 1]))
+    run = crh.steer_generate(model, [p, p], np.stack([np.zeros_like(v), v]), site=f"resid_post.{int(layer)}",
+                             max_new_tokens=16)
+    labels = judge(run.texts)
+    st.dataframe(pd.DataFrame({"condition": ["unsteered", f"steered (β={beta}°, γ={gam}°, L={strength:g})"],
+                               "output": run.texts, "label": [LABEL_NAMES[int(x)] for x in labels]}),
+                 hide_index=True, key="crh_try_table")

@@ -21,6 +21,14 @@ _export("crh", "concept_diffs", "concept_acts", "fit_cylinder", "Cylinder", "pen
         "pairwise_test", "trig_law_scan", "fit_helix", "HelixFit", "GibberishFilter", "TokenSetJudge", "LLMJudge",
         "planted_cylinder", "generate_concept_pairs", "load_concept_menu")
 
+_export("decodeshare", "collect_decode_states", "collect_decode_states_multi", "collect_prefill_states",
+        "shared_subspace", "SharedSubspace", "SharedSubspaceConfig", "null_permutation", "null_rotation", "NullResult",
+        "loto_subspaces", "sensitivity_sweep", "planted_factor_states", "match_state_counts", "score_forced_choice",
+        "ForcedChoiceScores", "generate_exact_match", "GenerationScores", "bootstrap_ci", "paired_signflip_test")
+_export("subspaces", "orthonormalize", "principal_angles", "subspace_overlap", "energy_ratio", "haar_basis",
+        "variance_matched_control", "energy_pool", "alpha_matched_control", "k_matched_control", "steering_overlap",
+        "repair_vector")
+
 
 def __getattr__(name: str):
     if name in _EXPORTS:

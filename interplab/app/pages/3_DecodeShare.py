@@ -1,0 +1,185 @@
+"""DecodeShare page: the task-shared subspace of decode-time states, decode-only projection and its controls.
+
+A thin view over `interplab.probes.decodeshare`, `interplab.interventions.projection` and
+`interplab.experiments.decodeshare` (the same calls a script makes)."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+st.set_page_config(page_title="interplab · DecodeShare", page_icon=":microscope:", layout="wide")
+
+from interplab.app import state  # noqa: E402
+from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.errors import InterplabError  # noqa: E402
+from interplab.experiments.decodeshare import (  # noqa: E402
+    ALL_TASKS, DecodeShareConfig, multitask_sets, resolve_format, run_decodeshare,
+)
+from interplab.figures.decodeshare import (  # noqa: E402
+    ablation_figure, alpha_sweep_figure, h3_grid_figure, principal_angle_figure, sensitivity_figure,
+    variance_share_heatmap,
+)
+from interplab.interventions.projection import SubspaceProjection  # noqa: E402
+from interplab.probes.decodeshare import (  # noqa: E402
+    collect_decode_states, collect_prefill_states, match_state_counts, sensitivity_sweep, shared_subspace,
+)
+from interplab.probes.subspaces import principal_angles  # noqa: E402
+
+st.title("DecodeShare")
+st.caption("Residual states at generated tokens (KV-cached decode steps) share a small subspace across tasks "
+           "(one pooled PCA + a per-task count of variance shares >= tau). Remove it on decode steps only and "
+           "compare with prefill-estimated, random and budget-matched controls. Method: Shao et al., ICML 2026; "
+           "spec: methods/decodeshare.md.")
+
+name, backend = model_picker("model")
+device, dtype = picked_device_dtype("model")
+model = require_model(name, backend, device, dtype)
+model_key = (state.normalize_name(name), backend, device, dtype)
+
+vocab = model.tokenizer.get_vocab()
+if not all(w in vocab for w in ("sep", "copy", "s0")):
+    st.info("This page needs a multitask-decode organism (`zoo:toy-chat` or `zoo:toy-base`; build one with "
+            "`interplab zoo train toy-chat`): its prompts use the toy vocabulary (`copy s3 s1 sep`). "
+            f"`{name}` does not have it.")
+    st.stop()
+
+with st.sidebar:
+    st.subheader("DecodeShare")
+    layer = int(st.number_input("Layer (resid_post)", 0, model.n_layers - 1, model.n_layers // 2, key="ds_layer"))
+    tasks = st.multiselect("Tasks", list(ALL_TASKS), default=list(ALL_TASKS), key="ds_tasks")
+    fmt = st.selectbox("Prompt format", ["auto", "raw", "chat"], key="ds_fmt")
+    n_calib = int(st.slider("Calibration prompts per task", 4, 128, 24, key="ds_ncalib"))
+    max_new = int(st.slider("Decode steps", 2, 32, 10, key="ds_maxnew"))
+    mode = st.selectbox("Estimator", ["paper", "repo"], key="ds_mode",
+                        help="paper = Algorithm 1 (raw, task-centred, balanced); repo = the reference code "
+                             "(z-scored PCA, strict threshold, back-mapped columns)")
+    rho = float(st.slider("rho (kept variance)", 0.5, 0.999, 0.95, key="ds_rho"))
+    thr = st.radio("Threshold", ["tau", "tau x k"], horizontal=True, key="ds_thr",
+                   help="tau x k: the paper's dimensionless threshold (tau = 1e-3 at k ~ 3000 is ~3); at toy scale "
+                        "tau = 1e-3 counts nearly every component as used by every task")
+    if thr == "tau":
+        tau = float(st.select_slider("tau", [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1], 1e-3, key="ds_tau"))
+        tau_k = None
+    else:
+        tau = 1e-3
+        tau_k = float(st.slider("tau x k", 0.1, 5.0, 1.0, key="ds_tauk"))
+    m_all = st.checkbox("m = all tasks", True, key="ds_mall")
+    m = None if m_all else int(st.number_input("m", 1, max(1, len(tasks)), max(1, len(tasks) - 1), key="ds_m"))
+
+if len(tasks) < 2:
+    st.info("Pick at least two tasks.")
+    st.stop()
+fmt_used = resolve_format(name, fmt)
+
+
+@st.cache_data(max_entries=8, show_spinner="Generating and collecting decode/prefill states...")
+def _states(key: tuple, layer: int, tasks: tuple, n_calib: int, max_new: int, fmt: str, _model=None):
+    calib = multitask_sets(_model, list(tasks), n_calib, seed=0, split="train", fmt=fmt)
+    prompts = {t: s.prompts for t, s in calib.items()}
+    dec = collect_decode_states(_model, prompts, layer=layer, max_new_tokens=max_new)
+    pre = collect_prefill_states(_model, prompts, layer=layer)
+    return dec, pre
+
+
+try:
+    dec, pre = _states(model_key, layer, tuple(tasks), n_calib, max_new, fmt_used, _model=model)
+    est = dict(rho=rho, tau=tau, tau_k=tau_k, m=m, mode=mode)
+    ss = shared_subspace(dec, **est)
+    ss_pre = shared_subspace(pre, **est)
+    dm, pm = match_state_counts(dec, pre)
+    ss_dm = shared_subspace(dm, **est)
+except InterplabError as e:
+    st.error(str(e))
+    st.stop()
+
+st.subheader("Shared decode subspace")
+c = st.columns(5)
+c[0].metric("d_model", ss.d)
+c[1].metric("k (pooled PCs)", ss.k)
+c[2].metric("|S| decode", ss.k_s)
+c[3].metric("|S| prefill", ss_pre.k_s)
+c[4].metric("tau used", f"{ss.tau:.2g}")
+st.caption(f"{sum(ss.n_rows.values())} decode states ({', '.join(f'{t}: {n}' for t, n in ss.n_rows.items())}) vs "
+           f"{sum(len(v) for v in pre.values())} prefill states; format {fmt_used}; Lemma A.3 bound |S| <= "
+           f"{ss.bound:.3g}.")
+show_figure(variance_share_heatmap(ss), key="ds_shares")
+
+left, right = st.columns(2)
+with left:
+    kw = dict(mode=mode, m=m)
+    sweep = sensitivity_sweep(dec, rho=rho, tau=ss.tau, **kw)
+    show_figure(sensitivity_figure(sweep, title="|S| and k vs tau and rho"), key="ds_sens")
+with right:
+    angles = {"decode vs prefill": principal_angles(ss.basis, ss_pre.basis),
+              "decode (count-matched) vs prefill": principal_angles(ss_dm.basis, ss_pre.basis)}
+    if any(len(a) for a in angles.values()):
+        show_figure(principal_angle_figure(angles, title="Principal angles: decode vs prefill shared subspaces"),
+                    key="ds_angles")
+    else:
+        st.info("One of the shared sets is empty, so there are no principal angles to show.")
+
+st.subheader("Generation with and without the projection")
+if ss.k_s == 0:
+    st.info("|S| = 0 at these settings; lower tau (or tau x k) or m to get a basis to remove.")
+else:
+    evals = multitask_sets(model, list(tasks), 8, seed=1, split="test", fmt=fmt_used)
+    g1, g2, g3 = st.columns([1, 1, 1])
+    task = g1.selectbox("Task", list(tasks), key="ds_gen_task")
+    idx = int(g2.number_input("Example", 0, 7, 0, key="ds_gen_idx"))
+    alpha = float(g3.slider("alpha", 0.0, 2.0, 1.0, 0.25, key="ds_gen_alpha"))
+    boundary = st.checkbox("Boundary variant (also edit the last prompt token)", False, key="ds_gen_boundary")
+    s = evals[task]
+    prompt = s.prompts[idx]
+    tok = model.tokenizer
+    edit = SubspaceProjection(layer, ss.basis, alpha, boundary=boundary)
+    base = model.generate([prompt], max_new_tokens=max_new + 4)
+    edited = model.generate([prompt], max_new_tokens=max_new + 4, edits=[edit])
+    st.markdown(f"**Prompt:** `{tok.decode(prompt)}`  \n**Answer:** `{tok.decode(s.answers[idx])}`")
+    a, b = st.columns(2)
+    a.markdown("**Baseline**")
+    a.code(tok.decode(base.new_tokens[0]))
+    b.markdown(f"**Shared subspace removed (k = {ss.k_s}, alpha = {alpha}, {edit.n_edited} positions edited)**")
+    b.code(tok.decode(edited.new_tokens[0]))
+
+st.subheader("Ablation and controls")
+st.caption("Baseline vs shared-removed vs prefill-estimated vs Haar-random vs variance-matched vs alpha-/k-matched "
+           "energy controls, forced choice and generation, 95% bootstrap CIs; the estimator x locus grid; the alpha "
+           "sweep. Larger runs: `interplab run decodeshare --set model=...`.")
+e1, e2, e3 = st.columns(3)
+n_eval = int(e1.slider("Eval examples per task", 4, 64, 12, key="ds_neval"))
+alphas = e2.text_input("alphas", "0,0.5,1,1.5", key="ds_alphas")
+parts = e3.multiselect("Sections", ["table", "h3", "alpha"], default=["table"], key="ds_parts")
+if st.button("Run ablation", key="ds_run", disabled=ss.k_s == 0 or not parts):
+    cfg = DecodeShareConfig(model=name, backend=backend, dtype=dtype, format=fmt_used, tasks=",".join(tasks),
+                            layer=layer, n_calib=n_calib, n_eval=n_eval, calib_max_new_tokens=max_new,
+                            eval_max_new_tokens=max_new + 2, rho=rho, tau=tau, tau_k=tau_k or 0.0,
+                            m=m or 0, mode=mode, null_perm_B=200, null_rot_B=0, alphas=alphas, n_boot=500,
+                            parts=",".join(parts))
+    bar = st.progress(0.0, text="starting")
+    steps = {"n": 0}
+
+    def _progress(msg: str):
+        steps["n"] += 1
+        bar.progress(min(0.99, steps["n"] / 30), text=msg)
+
+    try:
+        st.session_state["ds_result"] = (model_key, run_decodeshare(cfg, model=model, progress=_progress))
+    except InterplabError as e:
+        st.error(str(e))
+    bar.empty()
+
+res = st.session_state.get("ds_result")
+if res is not None and res[0] == model_key:
+    out = res[1]
+    if "error" in out:
+        st.warning(out["error"])
+    metric = st.radio("Metric", ["gen", "fc"], horizontal=True, key="ds_metric",
+                      format_func=lambda x: {"gen": "generation exact match", "fc": "forced choice"}[x])
+    if "table" in out:
+        show_figure(ablation_figure(out["table"], metric=metric), key="ds_ablation")
+        cond = pd.DataFrame([{"condition": k, **v} for k, v in out["info"].get("conditions", {}).items()])
+        st.dataframe(cond, hide_index=True, key="ds_conditions")
+    if "h3" in out:
+        show_figure(h3_grid_figure(out["h3"], metric=metric), key="ds_h3")
+    if "alpha_sweep" in out:
+        show_figure(alpha_sweep_figure(out["alpha_sweep"], metric=metric), key="ds_alpha")

@@ -29,6 +29,12 @@ _export("subspaces", "orthonormalize", "principal_angles", "subspace_overlap", "
         "variance_matched_control", "energy_pool", "alpha_matched_control", "k_matched_control", "steering_overlap",
         "repair_vector")
 
+_export("geometry", "participation_ratio", "effective_rank", "CovarianceAccumulator", "layer_geometry",
+        "compute_layer_geometry", "LayerGeometryResult")
+_export("hyperfit", "entropy_matched_temperature", "match_temperature", "per_position_matched_temperature",
+        "rank_reordering", "RankReorderingResult", "compare_teacher_forced", "static_delta")
+_export("genmetrics", "generation_metrics", "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "loop_rate")
+
 
 def __getattr__(name: str):
     if name in _EXPORTS:

@@ -1,0 +1,183 @@
+"""Layer Geometry page: hyperfitting as late-stage geometric expansion.
+
+Two models (a base and a hyperfitted / LoRA descendant) on identical held-out text: participation ratio by layer with
+DeltaDim, cosine/L2 by layer, the results table, the base-rank histogram of the target's greedy tokens, the
+entropy-matched temperature control, and generations side by side with repetition highlighted."""
+from __future__ import annotations
+
+import streamlit as st
+
+st.set_page_config(page_title="interplab · Layer Geometry", page_icon=":microscope:", layout="wide")
+
+from interplab.app import state  # noqa: E402
+from interplab.app.widgets import require_model, show_figure  # noqa: E402
+from interplab.errors import InterplabError  # noqa: E402
+
+st.title("Layer Geometry")
+st.caption("Hyperfitting (training to near-zero loss on a few sequences) makes greedy text less repetitive. Is it just "
+           "a sharper distribution (temperature), a static vocabulary reweighting, or a late-layer geometric "
+           "expansion? Compare a base model with its hyperfitted descendant on identical held-out text.")
+
+
+def _pick(label: str, key: str, default: str) -> str:
+    zoo = state.zoo_names()
+    dz = default[4:]
+    if dz not in zoo:
+        zoo = [dz] + list(zoo)
+    with st.sidebar:
+        organism = st.selectbox(f"{label}: zoo organism", zoo, index=zoo.index(dz), key=f"{key}_zoo")
+        path = st.text_input(f"{label}: local checkpoint (overrides)", value="", key=f"{key}_path",
+                             placeholder="/path/to/hf-checkpoint-dir")
+    return path.strip() or f"zoo:{organism}"
+
+
+st.sidebar.subheader("Models")
+name_a = _pick("Base (A)", "geo_a", "zoo:text-base")
+name_b = _pick("Target (B)", "geo_b", "zoo:text-hyperfit")
+with st.sidebar.expander("Data and budget"):
+    n_texts = st.number_input("held-out texts", 4, 400, 24, step=4, key="geo_ntexts")
+    max_tokens = st.number_input("tokens per text", 16, 1024, 128, step=16, key="geo_maxtok")
+    exclude_bos = st.checkbox("exclude BOS / first position", value=True, key="geo_nobos")
+    n_prompts = st.number_input("prompts for generations and ranks", 2, 200, 12, step=2, key="geo_nprompts")
+    new_tokens = st.number_input("generated tokens", 8, 256, 64, step=8, key="geo_newtok")
+    context = st.number_input("prompt context tokens", 4, 128, 32, step=4, key="geo_ctx")
+    custom = st.text_area("custom texts (one per paragraph; blank = held-out corpus)", value="", key="geo_custom")
+
+model_a = require_model(name_a, "bridge", "cpu", "float32", key="geo_a")
+model_b = require_model(name_b, "bridge", "cpu", "float32", key="geo_b")
+if (model_a.n_layers, model_a.d_model, model_a.d_vocab) != (model_b.n_layers, model_b.d_model, model_b.d_vocab):
+    st.error(f"The two models must share n_layers, d_model and vocabulary: {model_a} vs {model_b}.")
+    st.stop()
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _texts(custom_text: str, n: int) -> list[str]:
+    if custom_text.strip():
+        return [p.strip() for p in custom_text.split("\n\n") if p.strip()][:n]
+    from interplab.experiments.hyperfit import heldout_texts
+
+    return heldout_texts(n)
+
+
+texts = _texts(custom, int(n_texts))
+if not texts:
+    st.info("No texts: type some custom text or clear the box to use the held-out corpus.")
+    st.stop()
+key = (state.normalize_name(name_a), state.normalize_name(name_b))
+
+
+@st.cache_data(max_entries=8, show_spinner="Measuring layer geometry...")
+def _geometry(k, texts, max_tokens, exclude_bos, _a=None, _b=None):
+    from interplab.probes.geometry import compute_layer_geometry
+
+    return compute_layer_geometry(_a, _b, texts, exclude_bos=exclude_bos, max_tokens=max_tokens)
+
+
+@st.cache_data(max_entries=8, show_spinner="Rank reordering along the target's greedy generations...")
+def _ranks(k, texts, n_prompts, new_tokens, context, max_tokens, _a=None, _b=None):
+    from interplab.probes.hyperfit import rank_reordering
+
+    return rank_reordering(_a, _b, texts[:n_prompts], texts=texts, context_tokens=context,
+                           max_new_tokens=new_tokens, max_tokens=max_tokens)
+
+
+@st.cache_data(max_entries=8, show_spinner="Entropy-matched temperature...")
+def _match(k, texts, max_tokens, _a=None, _b=None):
+    from interplab.probes.hyperfit import match_temperature
+
+    return match_temperature(_a, _b, texts, max_tokens=max_tokens)
+
+
+@st.cache_data(max_entries=8, show_spinner="Generating...")
+def _generations(k, texts, n_prompts, new_tokens, context, T, seed, _a=None, _b=None):
+    from interplab.experiments.hyperfit import base_ranks_of
+    from interplab.probes.hyperfit import context_prompts, generate_continuations
+
+    prompts = context_prompts(_a, texts, context)[:n_prompts]
+    out = {}
+    for label, m, greedy in (("base greedy", _a, True), (f"base sampled T={T:.3f}", _a, False),
+                             ("target greedy", _b, True)):
+        g, t = generate_continuations(m, prompts, max_new_tokens=new_tokens, greedy=greedy, temperature=T,
+                                      seed=seed)
+        out[label] = (g, t, base_ranks_of(_a, prompts, g))
+    return prompts, out
+
+
+try:
+    geo = _geometry(key, texts, int(max_tokens), bool(exclude_bos), _a=model_a, _b=model_b)
+except InterplabError as exc:
+    st.error(f"Cannot measure geometry: {exc}")
+    st.stop()
+
+from interplab.figures.geometry import (cos_l2_figure, diversity_bars_figure, eigen_spectrum_figure,  # noqa: E402
+                                        entropy_temperature_figure, pr_by_layer_figure, rank_histogram_figure,
+                                        repetition_html)
+
+df = geo.to_frame()
+last = model_a.n_layers - 1
+rp = df[(df["site"] == "resid_post") & (df["layer"] == last)]
+fn = df[df["site"] == "final_norm"]
+c1, c2, c3 = st.columns(3)
+c1.metric("ΔDim, last block (pre-norm)", f"{float(rp['delta_pr'].iloc[0]):+.2f}" if len(rp) else "n/a")
+c2.metric("ΔDim, after final norm", f"{float(fn['delta_pr'].iloc[0]):+.2f}" if len(fn) else "n/a")
+c3.metric("tokens measured", f"{int(df['n_tokens'].iloc[0]):,}")
+
+st.subheader("Participation ratio by layer")
+left, right = st.columns(2)
+with left:
+    show_figure(pr_by_layer_figure(geo, name_a="A", name_b="B"), key="geo_pr")
+with right:
+    show_figure(cos_l2_figure(geo), key="geo_cosl2")
+with st.expander("Results table and last-layer eigen-spectrum", expanded=True):
+    st.dataframe(df.round(4), hide_index=True, key="geo_table")
+    show_figure(eigen_spectrum_figure(geo, name_a="A", name_b="B"), key="geo_spectrum")
+
+st.subheader("Rank reordering")
+try:
+    rr = _ranks(key, texts, int(n_prompts), int(new_tokens), int(context), int(max_tokens), _a=model_a, _b=model_b)
+except InterplabError as exc:
+    st.error(f"Cannot compute rank reordering: {exc}")
+    st.stop()
+left, right = st.columns([3, 2])
+with left:
+    show_figure(rank_histogram_figure(rr), key="geo_ranks")
+with right:
+    st.dataframe(rr.to_frame().assign(value=lambda d: d["value"].astype(float).round(4)), hide_index=True,
+                 key="geo_rank_summary")
+
+st.subheader("Temperature control")
+match = _match(key, texts, int(max_tokens), _a=model_a, _b=model_b)
+left, right = st.columns([3, 2])
+with left:
+    show_figure(entropy_temperature_figure(match), key="geo_temperature")
+with right:
+    st.markdown(f"Entropy-matched temperature **T\\* = {match.T:.3f}**: the base model's mean teacher-forced "
+                f"entropy at T\\* equals the target's ({match.target_entropy:.3f} nats; base at T=1: "
+                f"{match.base_entropy:.3f}). Temperature never changes the argmax, so greedy decoding is identical "
+                "at every T; the control samples at T\\*.")
+    T = st.slider("sampling temperature for the base", 0.05, 2.0, float(min(max(match.T, 0.05), 2.0)), 0.01,
+                  key="geo_T")
+    seed = st.number_input("seed", 0, 10_000, 0, key="geo_seed")
+
+prompts, gens = _generations(key, texts, int(n_prompts), int(new_tokens), int(context), float(T), int(seed),
+                             _a=model_a, _b=model_b)
+from interplab.probes.genmetrics import metrics_table  # noqa: E402
+
+table = metrics_table({k: (g, t) for k, (g, t, _) in gens.items()})
+table["gen_top1"] = [float((r == 1).mean()) for (_, _, r) in gens.values()]
+show_figure(diversity_bars_figure(table, metrics=("ttr", "rep2", "rep3", "diversity", "gen_top1")),
+            key="geo_diversity")
+st.dataframe(table.round(4), hide_index=True, key="geo_gen_table")
+
+st.subheader("Generations side by side")
+i = st.number_input("prompt", 0, len(prompts) - 1, 0, key="geo_prompt_idx")
+tok = model_a.tokenizer
+st.markdown("**Prompt:** " + tok.decode(prompts[int(i)], skip_special_tokens=True))
+st.caption("Red background: the token completes a 3-gram already seen in this generation. Bold blue / purple: the "
+           "base model ranks this token 2-10 / >10 given the same prefix (hover for the rank).")
+cols = st.columns(len(gens))
+for col, (label, (g, _, r)) in zip(cols, gens.items()):
+    with col:
+        st.markdown(f"**{label}**")
+        units = [tok.convert_tokens_to_string([tok.convert_ids_to_tokens(t)]) for t in g[int(i)]]
+        st.markdown(repetition_html(units, 3, ranks=r[int(i)].tolist()), unsafe_allow_html=True)

@@ -1,0 +1,48 @@
+"""The Layer Geometry page renders with two random checkpoints and explains a missing model."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import interplab.app  # noqa: E402
+
+PAGE = str(Path(interplab.app.__file__).resolve().parent / "pages" / "6_Layer_Geometry.py")
+
+
+@pytest.mark.slow
+def test_layer_geometry_page(tmp_path_factory, monkeypatch):
+    import importlib
+
+    from interplab.testing import make_random_checkpoint
+
+    # hide the shipped organisms so the first render takes the "model not available" path (fast, deterministic)
+    empty = tmp_path_factory.mktemp("no_zoo")
+    monkeypatch.setattr(importlib.import_module("interplab.zoo.resolve"), "SHIPPED_DIR", empty / "shipped")
+    monkeypatch.setenv("INTERPLAB_HOME", str(empty / "home"))
+
+    root = tmp_path_factory.mktemp("geo_app")
+    pa = make_random_checkpoint("llama", root / "a", n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, vocab=48, seed=0)
+    pb = make_random_checkpoint("llama", root / "b", n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, vocab=48, seed=3)
+    at = AppTest.from_file(PAGE, default_timeout=240)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.warning and "not available" in at.warning[0].value  # a missing zoo model is explained, not a crash
+    at.text_input(key="geo_a_path").input(str(pa))
+    at.text_input(key="geo_b_path").input(str(pb))
+    at.text_area(key="geo_custom").input("\n\n".join(" ".join(f"w{(i * 5 + j * 3) % 40}" for j in range(40))
+                                                   for i in range(6)))
+    at.number_input(key="geo_nprompts").set_value(2)
+    at.number_input(key="geo_newtok").set_value(8)
+    at.number_input(key="geo_ctx").set_value(8)
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.warning
+    keys = [c.key for c in at.get("plotly_chart")]
+    for k in ("geo_pr__chart", "geo_cosl2__chart", "geo_spectrum__chart", "geo_ranks__chart",
+              "geo_temperature__chart", "geo_diversity__chart"):
+        assert k in keys
+    table = at.dataframe[0].value
+    assert {"pr_a", "pr_b", "delta_pr", "cos", "l2"} <= set(table.columns) and len(table) == 3
+    assert any("T\\* =" in m.value for m in at.markdown)

@@ -1,0 +1,135 @@
+"""Complete Hugging Face checkpoint directories: save (atomically), validate, load.
+
+A checkpoint directory holds `config.json`, `generation_config.json`, `model.safetensors`, the tokenizer files
+(with `chat_template`), `interplab_train.json` (the training config and recipe that produced it) and
+`checksums.json` (sha256 of the weight files). It loads with plain `transformers.AutoModelForCausalLM` /
+`AutoTokenizer`; nothing interplab-specific is needed to use it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+from interplab.errors import CheckpointError, ResultsError
+
+WEIGHTS = "model.safetensors"
+TRAIN_INFO = "interplab_train.json"
+CHECKSUMS = "checksums.json"
+
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_checkpoint(model, tokenizer, out_dir, *, train_info: Mapping[str, Any] | None = None,
+                    stop_token_ids: list[int] | None = None, overwrite: bool = False) -> Path:
+    """Save `model` + `tokenizer` as a complete HF directory at `out_dir`.
+
+    Written into a temporary sibling directory and renamed into place, so `out_dir` is either the complete old
+    checkpoint or the complete new one. Refuses to replace an existing directory unless `overwrite`.
+    stop_token_ids: generation stop ids stored in generation_config (e.g. [<eos>, <|im_end|>] for chat models).
+    """
+    from interplab.results.io import write_json
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise ResultsError(f"{out_dir} already exists; pass overwrite=True (CLI: --force) to replace it")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model = getattr(model, "module", model)
+    if stop_token_ids:
+        model.generation_config.eos_token_id = list(stop_token_ids)
+    if tokenizer.pad_token_id is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    weights = sorted(p.name for p in tmp.glob("*.safetensors"))
+    write_json(tmp / CHECKSUMS, {w: sha256_file(tmp / w) for w in weights})
+    if train_info is not None:
+        write_json(tmp / TRAIN_INFO, dict(train_info))
+    if out_dir.exists():
+        old = out_dir.parent / f".{out_dir.name}.old{os.getpid()}"
+        os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out_dir)
+    return out_dir
+
+
+def validate_checkpoint(path, verify_checksums: bool = True) -> Path:
+    """Check that `path` is a complete checkpoint; raise `CheckpointError` saying what is wrong otherwise.
+
+    Checks: config.json exists and parses; model.safetensors (or a sharded index) exists and its header reads;
+    with `verify_checksums`, the sha256 of every weight file matches checksums.json when that file exists.
+    """
+    import json
+
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint directory {path} does not exist")
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        raise CheckpointError(f"{path} has no config.json: not a complete Hugging Face checkpoint")
+    try:
+        json.loads(cfg.read_text())
+    except Exception as err:
+        raise CheckpointError(f"{cfg} is not valid JSON ({err}); the checkpoint is corrupt") from None
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights:
+        raise CheckpointError(f"{path} has no {WEIGHTS}: the weights are missing. Rebuild it explicitly "
+                              "(e.g. `interplab zoo train NAME --force`) or restore the file")
+    from safetensors import safe_open
+
+    for w in weights:
+        try:
+            # opening parses the header and checks that the data section has exactly the declared size
+            with safe_open(str(w), framework="numpy") as fh:
+                list(fh.keys())
+        except Exception as err:
+            raise CheckpointError(f"{w} is unreadable or truncated ({err}); the checkpoint is corrupt. Rebuild "
+                                  "it explicitly (e.g. `interplab zoo train NAME --force`)") from None
+    sums = path / CHECKSUMS
+    if verify_checksums and sums.is_file():
+        try:
+            expected = json.loads(sums.read_text())
+        except Exception as err:
+            raise CheckpointError(f"{sums} is not valid JSON ({err})") from None
+        for name, digest in expected.items():
+            f = path / name
+            if not f.is_file():
+                raise CheckpointError(f"{f} listed in {CHECKSUMS} is missing")
+            if sha256_file(f) != digest:
+                raise CheckpointError(f"{f} does not match its sha256 in {CHECKSUMS}: the weights are corrupt or "
+                                      "were modified. Rebuild explicitly (`interplab zoo train NAME --force`)")
+    return path
+
+
+def load_checkpoint(path, dtype=None, device=None):
+    """(model, tokenizer) from a validated checkpoint directory through plain transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = validate_checkpoint(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+    if device is not None:
+        model = model.to(device)
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    return model, tok
+
+
+def read_train_info(path) -> dict:
+    from interplab.results.io import read_json
+
+    f = Path(path) / TRAIN_INFO
+    return read_json(f) if f.is_file() else {}

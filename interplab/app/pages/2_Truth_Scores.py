@@ -1,0 +1,210 @@
+"""Truth Scores page: per-head context-truthfulness probes, inheritance across model lineages, TruthProbe gating.
+
+Sources: the authors' released maps (no model needed), or a model scored live on CtxMem verification prompts.
+Views: L x H heatmap (raw / per-layer normalised / gates) with hover, lineage matrix + bars + per-layer curves +
+pair scatter with the within-layer null, score-vs-evidence scatter, gating sweep (saved runs or a quick live sweep)
+and a "try it" box generating with and without gating side by side. A thin view over interplab.probes."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+st.set_page_config(page_title="interplab · Truth Scores", page_icon=":microscope:", layout="wide")
+
+from interplab.app.widgets import model_picker, require_model, show_figure  # noqa: E402
+from interplab.errors import InterplabError  # noqa: E402
+from interplab.figures import truth_scores as F  # noqa: E402
+from interplab.interventions.head_gate import GATE_SITES, HeadGate, gate_summary, truth_gates  # noqa: E402
+from interplab.probes.truth_lineage import (RELEASED_DIR, RELEASED_PAIRS, correlation_matrix,  # noqa: E402
+                                            lineage_correlation, load_released_maps, per_layer_correlation)
+
+st.title("Truth Scores · lineage inheritance · TruthProbe gating")
+st.caption("S(l,h) = 5-fold cross-validated accuracy of a logistic probe on head (l,h)'s output z (before W_O) at "
+           "the last prompt token, separating context-supported (gold) from hallucinated answers. It measures "
+           "decodability of the dataset label, not a causal role. Gating scales every head by g(l,h) at every "
+           "position, prefill and decode.")
+
+name, backend = model_picker("ts_model")
+
+
+@st.cache_data(max_entries=2, show_spinner="Loading the released maps...")
+def _released(directory: str):
+    try:
+        return {k: v for k, v in load_released_maps(directory).items()}
+    except InterplabError:
+        return {}
+
+
+@st.cache_data(max_entries=8, show_spinner="Scoring the model (capture + batched probes)...")
+def _score(model_name: str, backend: str, n: int, seed: int, fmt: str, epochs: int):
+    from interplab.app.state import get_model
+    from interplab.probes.truth_data import ctxmem_truth_set
+    from interplab.probes.truth_scores import evidence_attention, truth_scores
+
+    m = get_model(model_name, backend=backend)
+    items = ctxmem_truth_set(n, seed=seed, fmt=fmt, tokenizer=m.tokenizer)
+    ts = truth_scores(m, items, epochs=epochs)
+    ts.model = model_name
+    return ts, evidence_attention(m, items)
+
+
+released = _released(str(RELEASED_DIR))
+scored: dict = st.session_state.setdefault("ts_scored", {})
+
+# ------------------------------------------------------------------------------------------------ sources
+st.header("1 · Score map")
+src_opts = (["Released maps (authors)"] if released else []) + ["Score a model (CtxMem)"]
+source = st.radio("Source", src_opts, horizontal=True, key="ts_source")
+current = None
+if source == "Score a model (CtxMem)":
+    c1, c2, c3, c4 = st.columns(4)
+    n = c1.number_input("prompts", 20, 2000, 292, step=10, key="ts_n")
+    seed = c2.number_input("data seed", 0, 10_000, 0, key="ts_seed")
+    fmt = c3.selectbox("format", ["raw", "chat"], key="ts_fmt")
+    epochs = c4.number_input("epochs", 5, 500, 200, step=5, key="ts_epochs")
+    if st.button("Compute Truth Scores", key="ts_go", type="primary"):
+        require_model(name, backend, key="ts_model")
+        try:
+            ts, em = _score(name, backend, int(n), int(seed), fmt, int(epochs))
+            scored[name] = (ts, em)
+        except InterplabError as e:
+            st.error(str(e))
+    if scored:
+        pick = st.selectbox("Scored model", list(scored), index=len(scored) - 1, key="ts_pick")
+        current, em_cur = scored[pick]
+        st.caption(f"{current.n_samples} prompts ({current.n_positive} gold), top heads: "
+                   + ", ".join(f"L{l}H{h} {s:.2f}" for l, h, s in current.top_heads(3)))
+    else:
+        st.info("Pick a model in the sidebar (a toy organism or a local checkpoint) and press *Compute*.")
+else:
+    pick = st.selectbox("Released map", list(released), index=list(released).index("vicuna")
+                        if "vicuna" in released else 0, key="ts_released_pick")
+    current, em_cur = released[pick], None
+
+if current is not None:
+    c1, c2, c3 = st.columns(3)
+    view = c1.radio("View", ["raw", "normalized", "gates"], horizontal=True, key="ts_view")
+    mode = c2.selectbox("Gate mode", ["normalize", "contrast", "legacy_amplify", "raw", "inverse_baseline"],
+                        key="ts_mode")
+    alpha = c3.number_input("α", 0.0, 20.0, 1.0, step=0.1, key="ts_alpha")
+    show_figure(F.score_heatmap(current, view=view, mode=mode, alpha=alpha), key="ts_heatmap")
+    g = truth_gates(current, mode, alpha)
+    s = gate_summary(g)
+    if s["n_negative"]:
+        st.warning(f"{s['n_negative']} negative gates (min {s['gate_min']:.3f}): they flip those heads' sign "
+                   "(faithful to the repo's contrast mode; not clipped).")
+    with st.expander("Gate preview and probe diagnostics"):
+        show_figure(F.gate_preview(g), key="ts_gates")
+        if current.fold_accuracy.shape[0] > 1:
+            show_figure(F.probe_diagnostics(current), key="ts_diag")
+        st.dataframe(current.to_frame().sort_values("rank").head(20).round(4), hide_index=True, key="ts_table")
+
+# ------------------------------------------------------------------------------------------------ lineage
+st.header("2 · Lineage")
+maps = {**released, **{f"model:{k}": v[0] for k, v in scored.items()}}
+if len(maps) >= 2:
+    stat = st.radio("Statistic", ["pearson", "spearman", "pearson_centered", "topk_jaccard"], horizontal=True,
+                    key="ts_stat")
+    mat = correlation_matrix(maps, stat)
+    c1, c2 = st.columns(2)
+    with c1:
+        show_figure(F.lineage_matrix(mat, statistic=stat), key="ts_matrix")
+    with c2:
+        ref = st.selectbox("Reference", list(maps), key="ts_ref")
+        clip = st.checkbox("Clip negatives at 0 (repo display option)", key="ts_clip")
+        show_figure(F.lineage_bars(mat.dropna(how="all"), ref, clip_negative=clip), key="ts_bars")
+    same_shape = [(a, b) for a, b in RELEASED_PAIRS if a in maps and b in maps]
+    same_shape += [(a, b) for i, a in enumerate(maps) for b in list(maps)[i + 1:]
+                   if a.startswith("model:") and maps[a].scores.shape == maps[b].scores.shape]
+    if same_shape:
+        show_figure(F.per_layer_curves({f"{a}↔{b}": per_layer_correlation(maps[a], maps[b])
+                                        for a, b in same_shape}), key="ts_perlayer")
+        pair = st.selectbox("Pair", same_shape, format_func=lambda p: f"{p[0]} ↔ {p[1]}", key="ts_pair")
+        st_ = lineage_correlation(maps[pair[0]], maps[pair[1]], n_permutations=500, return_null=True)
+        c1, c2 = st.columns(2)
+        with c1:
+            show_figure(F.pair_scatter(maps[pair[0]], maps[pair[1]], name_a=pair[0], name_b=pair[1], stats=st_),
+                        key="ts_scatter")
+        with c2:
+            show_figure(F.null_histogram(st_["null"], st_["pearson"], st_["perm_p"]), key="ts_null")
+        st.dataframe(pd.DataFrame([{k: v for k, v in st_.items() if k != "null"}]).round(4), hide_index=True,
+                     key="ts_pairstats")
+else:
+    st.info("Lineage views need at least two maps (the released maps, or score two models).")
+
+# ------------------------------------------------------------------------------------------------ evidence
+st.header("3 · Evidence attention")
+if current is not None and em_cur is not None:
+    from interplab.probes.truth_analysis import evidence_summary
+
+    groups, rho = evidence_summary(current, em_cur)
+    c1, c2 = st.columns(2)
+    with c1:
+        show_figure(F.evidence_scatter(current, em_cur, rho=rho), key="ts_evidence")
+    with c2:
+        show_figure(F.evidence_group_bars(groups), key="ts_evgroups")
+else:
+    st.info("Evidence attention (mass from the scored token onto e_q and v_ctx in the context) needs a model "
+            "scored on CtxMem above.")
+
+# ------------------------------------------------------------------------------------------------ gating sweep
+st.header("4 · Gating sweep")
+try:
+    from interplab.results.runs import list_runs, load_run
+
+    runs = list_runs("truth-gating-sweep")
+except Exception:  # noqa: BLE001 - no runs folder yet
+    runs = pd.DataFrame()
+if len(runs):
+    run_path = st.selectbox("Saved sweep run", list(runs["path"])[::-1], key="ts_sweep_run")
+    sweep = load_run(run_path).table("sweep")
+    show_figure(F.gating_sweep(sweep), key="ts_sweep")
+    st.dataframe(sweep.round(4), hide_index=True, key="ts_sweep_table")
+else:
+    st.caption("No saved sweeps: `interplab run truth-gating-sweep` (toy-base scores applied to toy-chat).")
+if current is not None and source == "Score a model (CtxMem)":
+    with st.expander("Quick live sweep on this model (its own scores)"):
+        n_eval = st.number_input("counterfactual prompts", 8, 512, 64, step=8, key="ts_sweep_n")
+        if st.button("Run quick sweep", key="ts_sweep_go"):
+            from interplab.probes.truth_analysis import gating_sweep
+            from interplab.probes.truth_data import ctxmem_counterfactual_set
+
+            m = require_model(name, backend, key="ts_model")
+            evals = ctxmem_counterfactual_set(int(n_eval), fmt=st.session_state.get("ts_fmt", "raw"))
+            bar = st.progress(0.0)
+            df = gating_sweep(m, evals, current, alphas=(0.0, 0.5, 2.0, 6.0), score_source="self",
+                              progress=lambda d, t: bar.progress(d / t))
+            show_figure(F.gating_sweep(df), key="ts_live_sweep")
+
+# ------------------------------------------------------------------------------------------------ try it
+st.header("5 · Try it: generate with and without gating")
+if current is None:
+    st.info("Choose a score map above first.")
+else:
+    default_prompt = "ctx e1 v5 e7 v2 e3 v9 q e7 ans"
+    prompt = st.text_area("Prompt", default_prompt, key="ts_prompt")
+    c1, c2, c3, c4 = st.columns(4)
+    t_mode = c1.selectbox("mode", ["contrast", "normalize"], key="ts_try_mode")
+    t_alpha = c2.number_input("α", 0.0, 20.0, 2.0, step=0.1, key="ts_try_alpha")
+    t_site = c3.selectbox("site", list(GATE_SITES), key="ts_try_site")
+    t_new = c4.number_input("new tokens", 1, 64, 4, key="ts_try_new")
+    if st.button("Generate", key="ts_try_go"):
+        m = require_model(name, backend, key="ts_model")
+        try:
+            g = truth_gates(current, t_mode, t_alpha, n_layers=m.n_layers, n_heads=m.n_heads)
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                gate = HeadGate(g, site=t_site)
+            plain = m.generate(prompt, max_new_tokens=int(t_new))
+            gated = m.generate(prompt, max_new_tokens=int(t_new), edits=[gate])
+            a, b = st.columns(2)
+            a.markdown("**Without gating**")
+            a.code(plain.text[0] or "(empty)")
+            b.markdown(f"**With gating** ({t_mode}, α={t_alpha:g}, site {t_site})")
+            b.code(gated.text[0] or "(empty)")
+            st.caption(f"gates min {g.min():.3f}, max {g.max():.3f}; site {t_site}")
+        except InterplabError as e:
+            st.error(f"{e}")

@@ -1,0 +1,48 @@
+"""AppTest: the Truth Scores page renders the released maps without a model, and scores / gates a random
+toy-vocabulary checkpoint."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import interplab.app  # noqa: E402
+from interplab.probes.truth_lineage import RELEASED_DIR  # noqa: E402
+
+PAGE = str(Path(interplab.app.__file__).resolve().parent / "pages" / "2_Truth_Scores.py")
+TIMEOUT = 180
+
+
+@pytest.mark.skipif(not Path(RELEASED_DIR).is_dir(), reason="released TruthProbe maps not present")
+def test_page_released_maps(monkeypatch, tmp_path):
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(tmp_path / "missing"))
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    keys = [c.key for c in at.get("plotly_chart")]
+    for k in ("ts_heatmap__chart", "ts_matrix__chart", "ts_bars__chart", "ts_perlayer__chart", "ts_scatter__chart",
+              "ts_null__chart"):
+        assert k in keys, keys
+    at.radio(key="ts_view").set_value("gates").run()
+    at.selectbox(key="ts_mode").set_value("contrast").run()
+    at.number_input(key="ts_alpha").set_value(6.0).run()  # Vicuna, contrast, alpha 6: min gate -0.96
+    assert not at.exception, at.exception
+    assert any("negative gates" in w.value for w in at.warning)
+
+
+@pytest.mark.slow
+def test_page_scores_and_gates_a_model(monkeypatch, tmp_path, toy_random_ckpts):
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(toy_random_ckpts["base"]))
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    at.radio(key="ts_source").set_value("Score a model (CtxMem)").run()
+    at.number_input(key="ts_n").set_value(40).run()
+    at.number_input(key="ts_epochs").set_value(20).run()
+    at.button(key="ts_go").click().run()
+    assert not at.exception, at.exception
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert "ts_heatmap__chart" in keys and "ts_evidence__chart" in keys
+    at.button(key="ts_try_go").click().run()
+    assert not at.exception, at.exception
+    assert len(at.code) == 2

@@ -41,6 +41,7 @@ def app_command(args) -> list[str]:
         "--server.address", args.address,
         "--server.port", str(args.port),
         "--browser.gatherUsageStats", "false",
+        "--client.toolbarMode", "minimal",  # no "Deploy" button: the app is a local research tool
     ]
 
 

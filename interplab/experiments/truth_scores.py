@@ -86,18 +86,28 @@ def released_lineage(cfg: ReleasedLineageConfig, run) -> None:
 
 # --------------------------------------------------------------------------------------------- one organism
 @dataclass
-class TruthScoresExpConfig:
-    model: str = field(default="zoo:toy-base", metadata={"help": "model to score (zoo name, local dir, hub id)"})
-    backend: str = field(default="bridge", metadata={"help": "bridge or nnsight"})
-    n_samples: int = field(default=292, metadata={"help": "CtxMem verification prompts (the repo uses 292)"})
-    data_seed: int = field(default=0, metadata={"help": "CtxMem sampling seed"})
-    fmt: str = field(default="raw", metadata={"help": "prompt format: raw or chat"})
+class ProbeRecipe:
+    """The Truth-Score probe recipe shared by the model experiments (fields as in `TruthScoresConfig`)."""
+
     folds: int = 5
     fold_kind: str = "kfold"
     epochs: int = 200
     lr: float = 1e-2
     weight_decay: float = 1e-3
     seed: int = 42
+
+    def probe_kwargs(self) -> dict:
+        return dict(folds=self.folds, fold_kind=self.fold_kind, epochs=self.epochs, lr=self.lr,
+                    weight_decay=self.weight_decay, seed=self.seed)
+
+
+@dataclass
+class TruthScoresExpConfig(ProbeRecipe):
+    model: str = field(default="zoo:toy-base", metadata={"help": "model to score (zoo name, local dir, hub id)"})
+    backend: str = field(default="bridge", metadata={"help": "bridge or nnsight"})
+    n_samples: int = field(default=292, metadata={"help": "CtxMem verification prompts (the repo uses 292)"})
+    data_seed: int = field(default=0, metadata={"help": "CtxMem sampling seed"})
+    fmt: str = field(default="raw", metadata={"help": "prompt format: raw or chat"})
     top_k_frac: float = field(default=0.25, metadata={"help": "head fraction for the top/bottom/random EM groups"})
     ablation: bool = field(default=True, metadata={"help": "zero-ablate each head's z and measure the Mode-V "
                                                            "accuracy drop (one forward set per head)"})
@@ -110,8 +120,7 @@ def score_and_evidence(model, cfg) -> tuple:
     from interplab.probes.truth_scores import evidence_attention, truth_scores
 
     items = ctxmem_truth_set(cfg.n_samples, seed=cfg.data_seed, fmt=cfg.fmt, tokenizer=model.tokenizer)
-    ts = truth_scores(model, items, folds=cfg.folds, fold_kind=cfg.fold_kind, epochs=cfg.epochs, lr=cfg.lr,
-                      weight_decay=cfg.weight_decay, seed=cfg.seed)
+    ts = truth_scores(model, items, **cfg.probe_kwargs())
     ts.provenance.update({"data": f"CtxMem verification, n={cfg.n_samples}, seed={cfg.data_seed}, fmt={cfg.fmt}"})
     em = evidence_attention(model, items)
     return ts, em, items
@@ -152,7 +161,7 @@ def truth_scores_experiment(cfg: TruthScoresExpConfig, run) -> None:
 
 # --------------------------------------------------------------------------------------------- toy lineage
 @dataclass
-class LineageExpConfig:
+class LineageExpConfig(ProbeRecipe):
     base: str = field(default="zoo:toy-base", metadata={"help": "ancestor model"})
     descendant: str = field(default="zoo:toy-chat", metadata={"help": "fine-tuned descendant of base"})
     control: str = field(default="zoo:toy-base-s2", metadata={"help": "same recipe, another seed (no shared "
@@ -161,12 +170,6 @@ class LineageExpConfig:
     n_samples: int = 292
     data_seed: int = 0
     fmt: str = field(default="raw", metadata={"help": "the same prompts for all three models (repo: no template)"})
-    folds: int = 5
-    fold_kind: str = "kfold"
-    epochs: int = 200
-    lr: float = 1e-2
-    weight_decay: float = 1e-3
-    seed: int = 42
     n_permutations: int = 1000
     top_k_frac: float = field(default=0.25, metadata={"help": "top-k fraction (toy models have few heads)"})
     figure_formats: str = "html"
@@ -237,7 +240,7 @@ def lineage_experiment(cfg: LineageExpConfig, run) -> None:
 
 # --------------------------------------------------------------------------------------------- gating sweep
 @dataclass
-class GatingSweepConfig:
+class GatingSweepConfig(ProbeRecipe):
     target: str = field(default="zoo:toy-chat", metadata={"help": "model to gate"})
     score_source: str = field(default="zoo:toy-base", metadata={"help": "model whose Truth Scores give the "
                                                                          "gates ('self' = the target's own)"})
@@ -253,12 +256,6 @@ class GatingSweepConfig:
     modes: str = "normalize,contrast"
     sites: str = "z,attn_out_chunks"
     alphas: str = "0,0.1,0.3,1,2,4,6"
-    folds: int = 5
-    fold_kind: str = "kfold"
-    epochs: int = 200
-    lr: float = 1e-2
-    weight_decay: float = 1e-3
-    seed: int = 42
     figure_formats: str = "html"
 
 
@@ -279,8 +276,7 @@ def gating_sweep_experiment(cfg: GatingSweepConfig, run) -> None:
     source = target if cfg.score_source in ("self", cfg.target) else _load(cfg.score_source, cfg.backend)
     fmt = cfg.target_fmt if source is target else cfg.source_fmt
     items = ctxmem_truth_set(cfg.n_samples, seed=cfg.data_seed, fmt=fmt, tokenizer=source.tokenizer)
-    ts = truth_scores(source, items, folds=cfg.folds, fold_kind=cfg.fold_kind, epochs=cfg.epochs, lr=cfg.lr,
-                      weight_decay=cfg.weight_decay, seed=cfg.seed)
+    ts = truth_scores(source, items, **cfg.probe_kwargs())
     ts.check_shape(target.n_layers, target.n_heads)
     ts.save(run.path / "source_scores")
     evals = ctxmem_counterfactual_set(cfg.n_eval, seed=cfg.eval_seed, fmt=cfg.target_fmt, k_min=cfg.eval_k_min,

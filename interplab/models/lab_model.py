@@ -109,17 +109,19 @@ class LabModel:
 
     # ----------------------------------------------------------------- forward passes
     def run(self, inputs: Any, capture: Sequence[str] | str = (), edits: Sequence[Edit] | None = None,
-            *, logits: bool = True) -> RunOutput:
+            *, logits: bool = True, grad: bool = False) -> RunOutput:
         """One forward over a (left-padded) batch; captures only the requested sites.
 
-        With logits=False the forward stops right after the deepest captured site."""
+        With logits=False the forward stops right after the deepest captured site. With grad=True the autograd
+        graph is kept, so a loss on logits or captures back-propagates into edit parameters (e.g. a steering
+        vector with requires_grad) and model weights."""
         batch = self.tokenize(inputs)
         sites = parse_sites(capture, self.n_layers) if capture else []
         ctx = StepContext("prefill", -1, batch.position_ids, batch.lengths, batch.attention_mask.bool())
         if not logits and not sites:
             raise InputError("run(logits=False) needs at least one site in capture=[...]")
         req = ForwardRequest(batch.input_ids, batch.attention_mask, batch.position_ids, ctx, sites,
-                             self._edits_by_site(edits, _has_padding(batch)), need_logits=logits)
+                             self._edits_by_site(edits, _has_padding(batch)), need_logits=logits, grad=grad)
         res = self._impl.forward(req)
         return RunOutput(res.logits, Cache(res.captures, batch), batch)
 

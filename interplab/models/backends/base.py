@@ -24,6 +24,7 @@ class ForwardRequest:
     kv: Any = None  # a transformers Cache from the previous step, or None
     use_cache: bool = False
     need_logits: bool = True
+    grad: bool = False  # keep the autograd graph (gradients w.r.t. edit parameters or captures)
 
     def sites_in_order(self, n_layers: int) -> list[Site]:
         sites = set(self.capture) | set(self.edits)
@@ -51,6 +52,11 @@ class Backend(Protocol):
     editable_kinds: frozenset[str]
 
     def forward(self, req: ForwardRequest) -> ForwardResult: ...
+
+
+def keep(x: torch.Tensor, req: ForwardRequest) -> torch.Tensor:
+    """A capture that later in-place edits cannot change; attached to the graph when gradients are on."""
+    return x.clone() if req.grad else x.detach().clone()
 
 
 def apply_edits(site: Site, x: torch.Tensor, req: ForwardRequest) -> torch.Tensor:

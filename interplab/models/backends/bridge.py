@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from interplab.models.backends.base import (ForwardRequest, ForwardResult, StopForward, apply_edits,
-                                            hf_forward_kwargs)
+                                            hf_forward_kwargs, keep)
 from interplab.sites import SITE_KINDS, Site
 
 TL_HOOKS = {
@@ -53,7 +53,7 @@ class BridgeBackend:
             def hook(x, hook):
                 x = apply_edits(site, x, req)
                 if site in capture:
-                    captures[site.name] = x.detach().clone()
+                    captures[site.name] = keep(x, req)
                 if pending is not None:
                     pending.discard(site)
                     if not pending:
@@ -63,7 +63,7 @@ class BridgeBackend:
 
         fwd_hooks = [(tl_hook_name(s), make_hook(s)) for s in req.sites_in_order(self.n_layers)]
         out = None
-        with torch.no_grad(), self.bridge.hooks(fwd_hooks=fwd_hooks):
+        with torch.set_grad_enabled(req.grad), self.bridge.hooks(fwd_hooks=fwd_hooks):
             try:
                 out = self.hf_model(**hf_forward_kwargs(req))
             except StopForward:

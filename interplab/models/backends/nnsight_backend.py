@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from interplab.errors import InterplabError, SiteError
-from interplab.models.backends.base import ForwardRequest, ForwardResult, apply_edits, hf_forward_kwargs
+from interplab.models.backends.base import ForwardRequest, ForwardResult, apply_edits, hf_forward_kwargs, keep
 from interplab.sites import Site
 
 
@@ -108,13 +108,13 @@ class NNsightBackend:
         else:  # pragma: no cover - parse_site guarantees the kind
             raise SiteError(f"unsupported site {site}")
         if site in req.capture:
-            captures[site.name] = new.detach().clone().save()
+            captures[site.name] = keep(new, req).save()
 
     def forward(self, req: ForwardRequest) -> ForwardResult:
         captures: dict[str, torch.Tensor] = {}
         stop = req.stop_site(self.n_layers)
         out = None
-        with torch.no_grad():
+        with torch.set_grad_enabled(req.grad):
             with self.nn.trace(**hf_forward_kwargs(req)) as tracer:
                 for site in req.sites_in_order(self.n_layers):
                     self._visit(site, req, captures)

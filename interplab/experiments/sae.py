@@ -72,7 +72,23 @@ def experiment_data(model: Any, n_train: int, n_eval: int, n_text: int, seed: in
 
 
 @dataclass
-class SAETrainRunConfig:
+class SAERecipe:
+    """Settings shared by the SAE training experiments (model, site, SAE width, optimisation, sparsity, threads)."""
+
+    model: str = "zoo:toy-chat"
+    site: str = "resid_post.1"
+    expansion: int = 8
+    batch_tokens: int = 128
+    lr: float = 1e-3
+    l1_coefficient: float = 1.0
+    l0_coefficient: float = 0.5
+    context_size: int = 128
+    seed: int = 42
+    threads: int = 1
+
+
+@dataclass
+class SAETrainRunConfig(SAERecipe):
     """One SAE training run.
 
     model: model to load. site: SAE site. method: fast | bt_f | bt_p. architecture: standard | jumprelu | topk |
@@ -80,23 +96,13 @@ class SAETrainRunConfig:
     l0_coefficient, k: sparsity. mode: paper | native. context_size: block length (BT). n_train, n_eval: samples.
     seed: data and SAE seed. threads: torch threads."""
 
-    model: str = "zoo:toy-chat"
-    site: str = "resid_post.1"
     method: str = "fast"
     architecture: str = "jumprelu"
-    expansion: int = 8
     steps: int = 400
-    batch_tokens: int = 128
-    lr: float = 1e-3
-    l1_coefficient: float = 1.0
-    l0_coefficient: float = 0.5
     k: int = 16
     mode: str = "paper"
-    context_size: int = 128
     n_train: int = 400
     n_eval: int = 64
-    seed: int = 42
-    threads: int = 1
 
 
 def train_one(model: Any, data: dict, out_dir: Path, *, method: str, architecture: str, site: str, steps: int,
@@ -156,7 +162,7 @@ def sae_train(cfg: SAETrainRunConfig, run) -> None:
 
 
 @dataclass
-class FastVsBlockConfig:
+class FastVsBlockConfig(SAERecipe):
     """FAST vs BT(F) vs BT(P) at one layer.
 
     model, site: organism and SAE site (a middle layer). architectures: comma-separated. methods: comma-separated
@@ -167,17 +173,9 @@ class FastVsBlockConfig:
     steering direction is the unit-norm decoder row); steer_prompts: held-out prompts for the sweep;
     steer_positions: all | template | generated; max_new_tokens: generation length. threads: torch threads."""
 
-    model: str = "zoo:toy-chat"
-    site: str = "resid_post.1"
     architectures: str = "standard,jumprelu"
     methods: str = "fast,bt_f,bt_p"
     steps: int = 600
-    batch_tokens: int = 128
-    lr: float = 1e-3
-    expansion: int = 8
-    l1_coefficient: float = 1.0
-    l0_coefficient: float = 0.5
-    context_size: int = 128
     n_train: int = 600
     n_text: int = 600
     n_eval: int = 96
@@ -186,8 +184,6 @@ class FastVsBlockConfig:
     steer_prompts: int = 24
     steer_positions: str = "all"
     max_new_tokens: int = 12
-    seed: int = 42
-    threads: int = 1
 
 
 def leakage_table(model: Any, dialogues: list, site: str, context_size: int = 128, separator: str = "bos"):

@@ -284,7 +284,29 @@ def build_bases(ss_dec, ss_pre, energy_states: np.ndarray, *, alpha: float = 1.0
 # Configs
 # --------------------------------------------------------------------------------------------------------------
 @dataclass
-class DecodeShareConfig:
+class DecodeShareSetup:
+    """Settings shared by both DecodeShare experiments: the model and how it is loaded, the tasks, the calibration
+    states the subspace is estimated from, the estimator thresholds, the null sizes, batching and the seed."""
+
+    model: str = "zoo:toy-chat"
+    backend: str = "bridge"
+    dtype: str = "float32"
+    format: str = "auto"
+    tasks: str = "copy,rev,sort,inc,mc"
+    n_calib: int = 64
+    calib_max_new_tokens: int = 12
+    max_states_per_task: int = 20000
+    rho: float = 0.95
+    tau: float = 1e-3
+    m: int = 0
+    null_perm_B: int = 2000
+    null_rot_B: int = 20
+    batch_size: int = 32
+    seed: int = 0
+
+
+@dataclass
+class DecodeShareConfig(DecodeShareSetup):
     """Settings of the `decodeshare` experiment.
 
     model: organism or checkpoint (`zoo:toy-chat`, `zoo:toy-base`, a local dir). backend, dtype: how to load it.
@@ -305,62 +327,32 @@ class DecodeShareConfig:
     prompts). n_boot: bootstrap resamples. batch_size: generation batch. seed: everything else.
     parts: which sections to run (comma-separated subset of table,loto,h3,alpha,steer).
     """
-    model: str = "zoo:toy-chat"
-    backend: str = "bridge"
-    dtype: str = "float32"
-    format: str = "auto"
-    tasks: str = "copy,rev,sort,inc,mc"
     layer: int = -1
-    n_calib: int = 64
     n_eval: int = 48
-    calib_max_new_tokens: int = 12
     eval_max_new_tokens: int = 12
-    max_states_per_task: int = 20000
-    rho: float = 0.95
-    tau: float = 1e-3
     tau_k: float = 1.0
-    m: int = 0
     mode: str = "paper"
     empty_fallback_m: int = 0
     alpha: float = 1.0
     variant: str = "plain"
     energy_states: str = "edited"
     kmatch_rule: str = "smallest_k_reaching_target"
-    null_perm_B: int = 2000
-    null_rot_B: int = 20
     alphas: str = "0,0.25,0.5,0.75,1,1.5,2"
     steer_scales: str = "0.5,1,2"
     steer_from: str = "copy"
     steer_to: str = "inc"
     n_boot: int = 2000
-    batch_size: int = 32
-    seed: int = 0
     parts: str = "table,loto,h3,alpha,steer"
 
 
 @dataclass
-class DecodeShareLayersConfig:
+class DecodeShareLayersConfig(DecodeShareSetup):
     """Settings of `decodeshare-layers` (see DecodeShareConfig for the shared fields). layers: comma-separated
     layer indices or 'all'. sweep_layer: layer of the tau/rho sensitivity sweep (-1 = middle). tau_ks: thresholds
     to report, comma-separated; 0 = the literal `tau`, x > 0 = tau_k = x (tau = x / k)."""
-    model: str = "zoo:toy-chat"
-    backend: str = "bridge"
-    dtype: str = "float32"
-    format: str = "auto"
-    tasks: str = "copy,rev,sort,inc,mc"
     layers: str = "all"
     sweep_layer: int = -1
-    n_calib: int = 64
-    calib_max_new_tokens: int = 12
-    max_states_per_task: int = 20000
-    rho: float = 0.95
-    tau: float = 1e-3
     tau_ks: str = "0,1"
-    m: int = 0
-    null_perm_B: int = 2000
-    null_rot_B: int = 20
-    batch_size: int = 32
-    seed: int = 0
 
 
 def _list(s: str, typ=str) -> list:

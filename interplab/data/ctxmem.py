@@ -11,13 +11,17 @@ Generation mode (`task="ctxmem_gen"`)::
 If e_q is in the context (probability `p_in_context`), its context value is a counterfactual v_ctx != M(e_q) and
 the target is v_ctx; otherwise the target is M(e_q) (answer from memory).
 
-Verification mode (`task="ctxmem_ver"`, e_q always in the context), candidate before the query (default, see the
-calibration notes in docs/zoo.md)::
+Verification mode (`task="ctxmem_ver"`, e_q always in the context), candidate before the query (default
+`layout="candidate_first"`, see the calibration notes in docs/zoo.md)::
 
     ctx e1 v1 .. ek vk cand a q e_q ver  ->  T|F <eos>
 
-with T iff a == v_ctx. Negatives are a = M(e_q) (parametric, the "hallucination") or a random other value.
-`candidate_first=False` gives the layout `.. q e_q cand a ver` instead.
+with T iff a == v_ctx. Negatives are a = M(e_q) (parametric, the "hallucination"), the value of another pair in the
+same context ("distractor") or a random other value. Distractors matter for training: without them "is the candidate
+anywhere in the context?" answers ~90% of items, and a model that learns that shortcut never learns the lookup.
+Other layouts: `"candidate_last"` (`.. q e_q cand a ver`) and `"answer"` (`.. q e_q ans a ver`: the generation
+prompt with the candidate in the answer slot, so generation's lookup at `ans` can be reused; 1000 continuation steps
+from toy-base on it did not beat candidate-first, docs/zoo.md).
 
 Metadata (`example.meta`), positions index `example.prompt_words` (add 1 for <bos> in raw format, or use
 `encode(...).word_pos`):
@@ -31,7 +35,7 @@ Metadata (`example.meta`), positions index `example.prompt_words` (add 1 for <bo
 | memory_value | M(e_q) |
 | contradicts_memory | in_context and v_ctx != M(e_q) |
 | target | the answer word (gen: a value; ver: "T"/"F") |
-| candidate, candidate_kind, label | ver only: a, one of "context"/"memory"/"random", 1 iff a == v_ctx |
+| candidate, candidate_kind, label | ver only: a, one of "context"/"memory"/"distractor"/"random", 1 iff a == v_ctx |
 | pairs | the context's (entity, value) pairs in order |
 | pos | {"query": e_q after `q`, "evidence_entity"/"evidence_value": e_q and v_ctx in the context (None if absent), "candidate": a (ver), "last": the final prompt word (`ans`/`ver`)} |
 """
@@ -59,8 +63,11 @@ def memory_map(seed: int = MEMORY_SEED) -> dict[str, str]:
 class CtxMemConfig:
     """k_min, k_max: number of context pairs (inclusive). p_in_context: P(e_q in context) in generation mode.
     p_agree: P(v_ctx == M(e_q)) when in context (0 = always counterfactual, as in the spec).
-    p_true: P(label T) in verification. p_memory_negative: among F candidates, the share a = M(e_q).
-    candidate_first: verification layout `cand a q e_q ver` (True) or `q e_q cand a ver` (False).
+    p_true: P(label T) in verification. Among F candidates: p_memory_negative a = M(e_q), p_distractor_negative
+    a = another context pair's value, the rest a random value (a draw that is impossible, e.g. M(e_q) == v_ctx,
+    falls through to the next kind).
+    layout: verification layout, "answer" (`q e_q ans a ver`), "candidate_first" (`cand a q e_q ver`) or
+    "candidate_last" (`q e_q cand a ver`).
     memory_seed: seed of the memory map."""
 
     k_min: int = 3
@@ -68,8 +75,9 @@ class CtxMemConfig:
     p_in_context: float = 0.7
     p_agree: float = 0.0
     p_true: float = 0.5
-    p_memory_negative: float = 0.5
-    candidate_first: bool = True
+    p_memory_negative: float = 0.4
+    p_distractor_negative: float = 0.4
+    layout: str = "candidate_first"
     memory_seed: int = MEMORY_SEED
 
 
@@ -122,22 +130,34 @@ class CtxMem:
         ents, vals, e_q, mem = self._context(rng, True)
         j = ents.index(e_q)
         v_ctx = vals[j]
+        u = rng.random()
         if rng.random() < c.p_true:
             cand, kind = v_ctx, "context"
-        elif rng.random() < c.p_memory_negative and mem != v_ctx:
+        elif u < c.p_memory_negative and mem != v_ctx:
             cand, kind = mem, "memory"
+        elif u < c.p_memory_negative + c.p_distractor_negative and len(vals) > 1:
+            others = [v for v in vals if v != v_ctx]
+            cand, kind = others[int(rng.integers(len(others)))], "distractor"
         else:
             others = [v for v in tv.VALUES if v not in (v_ctx, mem)]
             cand, kind = others[int(rng.integers(len(others)))], "random"
         words = [tv.CTX]
         for e, v in zip(ents, vals):
             words += [e, v]
-        if c.candidate_first:
+        if c.layout == "answer":
+            words += [tv.QUERY, e_q, tv.ANS, cand, tv.VER]
+            p_cand, p_query = len(words) - 2, len(words) - 4
+        elif c.layout == "candidate_first":
             words += [tv.CAND, cand, tv.QUERY, e_q, tv.VER]
             p_cand, p_query = len(words) - 4, len(words) - 2
-        else:
+        elif c.layout == "candidate_last":
             words += [tv.QUERY, e_q, tv.CAND, cand, tv.VER]
             p_cand, p_query = len(words) - 2, len(words) - 4
+        else:
+            from interplab.errors import ConfigError
+
+            raise ConfigError(f"CtxMemConfig.layout must be 'answer', 'candidate_first' or 'candidate_last', "
+                              f"got {c.layout!r}")
         label = int(cand == v_ctx)
         target = tv.TRUE if label else tv.FALSE
         meta = {

@@ -10,6 +10,7 @@ from interplab.data.ctxmem import CtxMem, CtxMemConfig, memory_map
 from interplab.data.examples import Example, collate, encode, is_heldout, sample_examples
 from interplab.data.multitask import Multitask
 from interplab.data.toy_tasks import TOY_TASKS, toy_mixture, toy_task_fns
+from interplab.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +92,17 @@ def test_ctxmem_semantics_and_metadata():
         assert m["pos"]["candidate"] < m["pos"]["query"]  # candidate before the query (default layout)
         if m["candidate_kind"] == "memory":
             assert m["candidate"] == M[m["query_entity"]]
+        if m["candidate_kind"] == "distractor":  # another pair's value: the "in the context?" shortcut fails
+            assert m["candidate"] in dict(m["pairs"]).values() and m["candidate"] != m["context_value"]
         labels.append(m["label"])
         kinds.add(m["candidate_kind"])
-    assert 0.4 < np.mean(labels) < 0.6 and kinds == {"context", "memory", "random"}
-    late = CtxMem(CtxMemConfig(candidate_first=False)).verification(rng)
-    assert late.prompt_words[late.meta["pos"]["candidate"]] == late.meta["candidate"]
-    assert late.meta["pos"]["candidate"] > late.meta["pos"]["query"]
+    assert 0.4 < np.mean(labels) < 0.6 and kinds == {"context", "memory", "distractor", "random"}
+    for layout, marker, offset in (("candidate_last", tv.CAND, 2), ("answer", tv.ANS, 2)):
+        ex = CtxMem(CtxMemConfig(layout=layout)).verification(rng)
+        assert ex.prompt_words[ex.meta["pos"]["candidate"] - 1] == marker
+        assert ex.meta["pos"]["candidate"] == ex.meta["pos"]["query"] + offset
+    with pytest.raises(ConfigError, match="layout"):
+        CtxMem(CtxMemConfig(layout="sideways")).verification(rng)
 
 
 def test_multitask_answers():

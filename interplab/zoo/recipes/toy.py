@@ -23,7 +23,27 @@ HARD_WEIGHTS = {
     "copy": 0.02, "rev": 0.03, "sort": 0.07, "inc": 0.02, "mc": 0.10,
     "concept_with": 0.06, "concept_no": 0.05,
 }
-TOY_PHASES = [{"tasks": TOY_WEIGHTS, "frac": 0.7}, {"tasks": HARD_WEIGHTS, "frac": 0.3, "lr": 1.5e-3, "warmup_steps": 50}]
+# Phase 3: verification-heavy. With distractor negatives (see interplab.data.ctxmem) verification needs the in-context
+# lookup, which forms in phase 2 (ctxmem_gen 0.3 -> 1.0 within 500 steps of its re-warm; phase 1's decay never got
+# there); Mode V is 0.64-0.68 at the end of phase 2. Phase 3 is sensitive to data order: from the same phase-2
+# checkpoints, data seed = the recipe seed took Mode V to 0.97-1.00 within 1000 steps (both seeds), while four other
+# continuations (other data seeds, k >= 2 contexts, the "answer" layout) plateaued at 0.69-0.73 (docs/zoo.md).
+VER_WEIGHTS = {
+    "ctxmem_gen": 0.25, "ctxmem_ver": 0.45,
+    "copy": 0.03, "rev": 0.03, "sort": 0.06, "inc": 0.03, "mc": 0.07,
+    "concept_with": 0.04, "concept_no": 0.04,
+}
+# toy-chat: the same tasks in the chat template, verification weighted up so Mode V survives the format change.
+CHAT_WEIGHTS = {
+    "ctxmem_gen": 0.30, "ctxmem_ver": 0.30,
+    "copy": 0.04, "rev": 0.05, "sort": 0.08, "inc": 0.04, "mc": 0.09,
+    "concept_with": 0.05, "concept_no": 0.05,
+}
+# frac: relative phase lengths (here the step counts at the default 8500 steps). Each phase re-warms and runs its own
+# cosine. data_seed: the phase's mixture seed (default: recipe seed for phase 0, seed * 1000 + i after).
+TOY_PHASES = [{"tasks": TOY_WEIGHTS, "frac": 3850},
+              {"tasks": HARD_WEIGHTS, "frac": 1650, "lr": 1.5e-3, "warmup_steps": 50},
+              {"tasks": VER_WEIGHTS, "frac": 3000, "lr": 1.5e-3, "warmup_steps": 50, "data_seed": "recipe"}]
 EVAL_SEED = 10_000
 
 
@@ -64,10 +84,12 @@ def build_toy(recipe: Recipe, ctx: BuildContext) -> dict:
     """Train (from scratch, or from ctx.parent_dir) on the recipe's task mixture and save at ctx.out_dir.
 
     recipe.data["phases"] (optional): consecutive phases [{"tasks": weights, "frac": share of the steps, "lr",
-    "warmup_steps"}], each with its own warm-up + cosine; without it one phase on recipe.data["tasks"].
+    "warmup_steps", "ctxmem": CtxMemConfig fields for this phase's CtxMem examples, "data_seed": "recipe" to draw
+    the phase's batches with the recipe seed}], each with its own warm-up + cosine; without it one phase on recipe.data["tasks"].
     ctx.overrides["start_phase"] skips the first phases (continuing from ctx.parent_dir)."""
     import torch
 
+    from interplab.data.ctxmem import CtxMemConfig
     from interplab.data.toy_tasks import toy_mixture
     from interplab.data.toy_vocab import build_toy_tokenizer, toy_vocab
     from interplab.train.arch import build_model, count_params
@@ -102,9 +124,11 @@ def build_toy(recipe: Recipe, ctx: BuildContext) -> dict:
     for i in range(start, len(phases)):
         ph = phases[i]
         share = fracs[i] / sum(fracs)
-        n_steps = max(1, int(round(ctx.steps * share)))
+        # cumulative rounding: the phases add up to exactly ctx.steps
+        n_steps = max(1, round(ctx.steps * sum(fracs[:i + 1]) / sum(fracs)) - round(ctx.steps * sum(fracs[:i]) / sum(fracs)))
         mix = toy_mixture(ph["tasks"], fmt=fmt, batch_size=int(d.get("batch_size", 64)),
-                          seed=recipe.seed if i == 0 else recipe.seed * 1000 + i)
+                          seed=recipe.seed if i == 0 or ph.get("data_seed") == "recipe" else recipe.seed * 1000 + i,
+                          ctxmem=CtxMemConfig(**ph["ctxmem"]) if ph.get("ctxmem") else None)
         cfg = replace(recipe.train, steps=n_steps, seed=recipe.seed, progress=ctx.progress,
                       num_threads=ctx.num_threads,
                       time_budget_s=None if ctx.time_budget_s is None else ctx.time_budget_s * share,
@@ -131,16 +155,16 @@ register(Recipe(
     description="Llama-style 4L GQA toy (~0.8M params) pretrained on raw CtxMem + multitask decode + concepts",
     family="toy", build=build_toy, arch=TOY_ARCH,
     data={"tasks": TOY_WEIGHTS, "phases": TOY_PHASES, "format": "raw", "batch_size": 64,
-          "ctxmem": "CtxMemConfig() (candidate first)"},
-    steps=5500, seed=0, train=_TRAIN, evaluate=toy_evaluate, thresholds=_THRESH, tags=("base",),
+          "ctxmem": "CtxMemConfig() (candidate first, distractor negatives)"},
+    steps=8500, seed=0, train=_TRAIN, evaluate=toy_evaluate, thresholds=_THRESH, tags=("base",),
 ))
 
 register(Recipe(
     name="toy-chat",
     description="toy-base instruction-tuned on the same tasks in the ChatML template (default dashboard model)",
     family="toy", build=build_toy, arch=None, parent="toy-base",
-    data={"tasks": HARD_WEIGHTS, "format": "chat", "batch_size": 64},
-    steps=800, seed=1, train=replace(_TRAIN, lr=1e-3, warmup_steps=50, eval_every=200, checkpoint_every=200),
+    data={"tasks": CHAT_WEIGHTS, "format": "chat", "batch_size": 64},
+    steps=1200, seed=1, train=replace(_TRAIN, lr=1e-3, warmup_steps=50, eval_every=200, checkpoint_every=200),
     evaluate=toy_evaluate, thresholds=_THRESH, tags=("chat", "default"),
 ))
 
@@ -149,6 +173,6 @@ register(Recipe(
     description="toy-base's recipe with another seed (init + data order): the unrelated-lineage control",
     family="toy", build=build_toy, arch=TOY_ARCH,
     data={"tasks": TOY_WEIGHTS, "phases": TOY_PHASES, "format": "raw", "batch_size": 64,
-          "ctxmem": "CtxMemConfig() (candidate first)"},
-    steps=5500, seed=2, train=_TRAIN, evaluate=toy_evaluate, thresholds=_THRESH, tags=("base", "control"),
+          "ctxmem": "CtxMemConfig() (candidate first, distractor negatives)"},
+    steps=8500, seed=2, train=_TRAIN, evaluate=toy_evaluate, thresholds=_THRESH, tags=("base", "control"),
 ))

@@ -94,32 +94,46 @@ def teacher_forced_summary(base, texts, *, transform=None, target=None, batch_si
 
 
 @dataclass
-class HyperfitEvalConfig:
-    """The paper's table on held-out prompts.
+class HyperfitSetup:
+    """Settings every base-vs-targets experiment shares.
 
     base: the base model. targets: comma-separated hyperfitted / LoRA models (the first is the one T* and the static
     delta are computed from). n_prompts: held-out prompts (each contributes its first `context_tokens` tokens).
-    new_tokens: generated tokens per prompt (exactly; EOS suppressed). seeds: sampling seeds for the T* (and T=1)
-    rows. alphas: static-injection strengths (comma-separated; the paper's 0.01-0.5 plus 1 and 2). static_k: K of the static delta. tf_texts: held-out
-    texts for teacher-forced statistics (entropy, agreement, T*, delta). batch_size: generation batch.
-    device: "cpu" or "cuda". threads: torch CPU threads. sample_t1: also sample the base at T = 1.
-    prompts_per_text: non-overlapping context windows taken per held-out text (the offline corpus has ~100 held-out
-    paragraphs long enough for one 32-token window; 200 prompts need a second window from some of them).
-    """
+    new_tokens: generated tokens per prompt (exactly; EOS suppressed). batch_size: generation batch.
+    device: "cpu" or "cuda". threads: torch CPU threads."""
 
     base: str = "zoo:text-base"
     targets: str = "zoo:text-hyperfit,zoo:text-late-lora,zoo:text-full-lora"
     n_prompts: int = 200
-    prompts_per_text: int = 3
     context_tokens: int = 32
     new_tokens: int = 96
-    seeds: int = 5
-    alphas: str = "0.01,0.02,0.05,0.1,0.2,0.5,1,2"
-    static_k: int = 500
-    tf_texts: int = 64
     batch_size: int = 50
     device: str = "cpu"
     threads: int = 1
+
+
+@dataclass
+class TeacherForcedSetup(HyperfitSetup):
+    """tf_texts: held-out texts for teacher-forced statistics (entropy, agreement, T*, static delta). static_k: K of
+    the static delta."""
+
+    tf_texts: int = 64
+    static_k: int = 500
+
+
+@dataclass
+class HyperfitEvalConfig(TeacherForcedSetup):
+    """The paper's table on held-out prompts (shared fields: `HyperfitSetup`, `TeacherForcedSetup`).
+
+    seeds: sampling seeds for the T* (and T=1) rows. alphas: static-injection strengths (comma-separated; the paper's
+    0.01-0.5 plus 1 and 2). sample_t1: also sample the base at T = 1.
+    prompts_per_text: non-overlapping context windows taken per held-out text (the offline corpus has ~100 held-out
+    paragraphs long enough for one 32-token window; 200 prompts need a second window from some of them).
+    """
+
+    prompts_per_text: int = 3
+    seeds: int = 5
+    alphas: str = "0.01,0.02,0.05,0.1,0.2,0.5,1,2"
     sample_t1: bool = True
 
 
@@ -307,21 +321,15 @@ def run_hyperfit_eval(cfg: HyperfitEvalConfig, run) -> None:
 
 
 @dataclass
-class GeometryConfig:
+class GeometryConfig(HyperfitSetup):
     """Per-layer geometry of base vs each target: teacher-forced on held-out texts with and without BOS, and on the
     target's own greedy generations (prompt + generated tokens). n_texts: held-out texts; n_prompts / new_tokens:
     generations for the generated-token geometry (0 = skip); max_tokens: truncate texts (None = context)."""
 
-    base: str = "zoo:text-base"
-    targets: str = "zoo:text-hyperfit,zoo:text-late-lora,zoo:text-full-lora"
+    n_prompts: int = 100
+    batch_size: int = 16
     n_texts: int = 200
     max_tokens: int | None = 128
-    n_prompts: int = 100
-    context_tokens: int = 32
-    new_tokens: int = 96
-    batch_size: int = 16
-    device: str = "cpu"
-    threads: int = 1
 
 
 def geometry_report(base, targets: dict, texts: Sequence[str], cfg: GeometryConfig | None = None):
@@ -371,20 +379,9 @@ def run_hyperfit_geometry(cfg: GeometryConfig, run) -> None:
 
 
 @dataclass
-class RanksConfig:
+class RanksConfig(TeacherForcedSetup):
     """Rank reordering of each target vs the base (teacher-forced on held-out texts; along the target's greedy
-    generations from `n_prompts` held-out prompts)."""
-
-    base: str = "zoo:text-base"
-    targets: str = "zoo:text-hyperfit,zoo:text-late-lora,zoo:text-full-lora"
-    n_prompts: int = 200
-    tf_texts: int = 64
-    context_tokens: int = 32
-    new_tokens: int = 96
-    static_k: int = 500
-    batch_size: int = 50
-    device: str = "cpu"
-    threads: int = 1
+    generations from `n_prompts` held-out prompts). Fields: `HyperfitSetup`, `TeacherForcedSetup`."""
 
 
 @register_experiment("hyperfit-ranks", config=RanksConfig,

@@ -2,7 +2,8 @@
 
 - `ctxmem_truth_set`: the Truth-Score set, the HaluEval analogue. Verification prompts
   `ctx e1 v1 .. ek vk cand a q e_q ver` with label 1 iff the candidate a is the context's value v_ctx (gold) and 0
-  when it is the memorised value M(e_q) (the "hallucination") or a random value. Probed at the last prompt token
+  when it is the memorised value M(e_q) (the "hallucination"), another context pair's value (a "distractor", so
+  "is the candidate anywhere in the context?" does not give the label) or a random value. Probed at the last prompt token
   (`ver`, or the chat template's final token), the first position where the label is determined (the candidate
   precedes the query in the organisms' layout). Each item carries the token positions of the evidence
   (e_q and v_ctx inside the context).
@@ -60,7 +61,10 @@ def ctxmem_truth_set(n: int = 292, seed: int = 0, fmt: str = "raw", tokenizer=No
     evidence: token positions (0 = first real token, <bos> included) of e_q and v_ctx in the context.
     tokenizer: the model's tokenizer, used to check the encoding and place the positions (default: the toy
     tokenizer's convention, <bos> first in raw format, none in chat).
-    split: "test" draws from the held-out bucket no toy organism trained on."""
+    split: "test" draws from the held-out bucket no toy organism trained on.
+    p_memory_negative: share of the negatives with a = M(e_q); distractors take CtxMemConfig's
+    p_distractor_negative (0.4), random values the rest (n=292, seed 0: 139 gold, 70 memory, 70 distractor,
+    13 random)."""
     from interplab.data.ctxmem import CtxMem, CtxMemConfig
 
     gen = CtxMem(replace(CtxMemConfig(), p_memory_negative=p_memory_negative))

@@ -158,6 +158,7 @@ def sae_train(cfg: SAETrainRunConfig, run) -> None:
               batch_tokens=cfg.batch_tokens, lr=cfg.lr, expansion=cfg.expansion, l1_coefficient=cfg.l1_coefficient,
               l0_coefficient=cfg.l0_coefficient, k=cfg.k, mode=cfg.mode, context_size=cfg.context_size, seed=cfg.seed)
     row = metrics_row(model, out, data["eval"], method=METHOD_LABELS[cfg.method], architecture=cfg.architecture)
+    row["path"] = run.relative(out)
     run.save_table("metrics", pd.DataFrame([row]))
 
 
@@ -332,7 +333,7 @@ def sae_fast_vs_block(cfg: FastVsBlockConfig, run) -> None:
                           context_size=cfg.context_size, seed=cfg.seed, checkpoint_steps=(half,))
             dirs[(arch, m)] = d
             rows.append(metrics_row(model, d, data["eval"], method=METHOD_LABELS[m], architecture=arch,
-                                    wall_seconds=time.perf_counter() - t0))
+                                    wall_seconds=time.perf_counter() - t0) | {"path": run.relative(d)})
             run.save_table("results", pd.DataFrame(rows), overwrite=True)
     df = pd.DataFrame(rows)
     run.save_figure("results", metrics_grid_figure(df), overwrite=True)
@@ -384,4 +385,4 @@ def sae_fast_vs_block(cfg: FastVsBlockConfig, run) -> None:
     run.save_figure("steering", steering_sweep_figure(sw), overwrite=True)
     run.save_json("summary", {"steering_feature": feature, "steering_token": "<|im_start|>",
                               "mean_residual_norm": mean_norm,
-                              "sae_for_steering": str(sdir)}, overwrite=True)
+                              "sae_for_steering": run.relative(sdir)}, overwrite=True)

@@ -150,6 +150,15 @@ class RunDir:
         """Where the run's files are now: the hidden partial folder until `finish()`, then the final folder."""
         return self.final_path if self.status == "complete" else self.partial_path
 
+    def relative(self, p) -> str:
+        """`p` as a path relative to the run folder (POSIX), so a path recorded in a table or JSON stays valid after
+        `finish()` renames the folder; a path outside the run comes back absolute."""
+        p = Path(p).resolve()
+        try:
+            return p.relative_to(self.path.resolve()).as_posix()
+        except ValueError:
+            return str(p)
+
     def _write_manifest(self, **extra) -> None:
         manifest = {
             "kind": self.kind,

@@ -131,3 +131,14 @@ def test_root_from_env_and_name_validation(tmp_path, monkeypatch):
         new_run("k", [1, 2])
     with pytest.raises(ResultsError, match="no run directory"):
         load_run(tmp_path / "missing")
+
+
+def test_relative_paths_survive_finish(tmp_path):
+    # a path recorded while the run is still the hidden .partial folder must point into the final folder
+    run = new_run("demo", None, root=tmp_path)
+    (run.path / "saes" / "a").mkdir(parents=True)
+    rel = run.relative(run.path / "saes" / "a")
+    assert rel == "saes/a"
+    assert run.relative(tmp_path) == str(tmp_path.resolve())  # outside the run: absolute
+    run.finish()
+    assert (run.path / rel).is_dir()

@@ -8,7 +8,9 @@ Registered experiments (`interplab run NAME --set key=value`):
   prefill-estimated vs Haar-random vs variance-matched vs alpha-matched and k-matched energy controls) per task for
   forced choice and generation with bootstrap CIs and paired sign-flip p-values; leave-one-task-out; the
   prefill-vs-decode estimator x locus grid with edited positions and removed energy; the alpha sweep; and the
-  steering overlap of a diff-of-means task vector with its repaired version at matched norm.
+  steering overlap of a diff-of-means task vector with its repaired version at matched norm; and (part
+  `patchback`, not in the default parts) the rescue rates of patching decode states back into the flipped examples
+  by decode-step window: same-example (an identity check), transfer donor, non-shared and Haar controls.
 
 The helpers (`multitask_sets`, `evaluate_condition`, `summarize`, `build_bases`, ...) are public so the app page and
 scripts reuse them. Defaults are sized for a 2-core CPU and a 4-layer d=128 organism (a few minutes).
@@ -325,7 +327,8 @@ class DecodeShareConfig(DecodeShareSetup):
     null_perm_B / null_rot_B: null trials. alphas: alpha sweep values. steer_scales: steering scales (multiples of
     ||v||). steer_from / steer_to: the diff-of-means task pair (v = mean(to) - mean(from), added to `from`
     prompts). n_boot: bootstrap resamples. batch_size: generation batch. seed: everything else.
-    parts: which sections to run (comma-separated subset of table,loto,h3,alpha,steer).
+    parts: which sections to run (comma-separated subset of table,loto,h3,alpha,steer,patchback; patchback is
+    opt-in). patch_windows: the patchback decode-step windows, separated by ';' (e.g. "0;0,1;all").
     """
     layer: int = -1
     n_eval: int = 48
@@ -343,6 +346,7 @@ class DecodeShareConfig(DecodeShareSetup):
     steer_to: str = "inc"
     n_boot: int = 2000
     parts: str = "table,loto,h3,alpha,steer"
+    patch_windows: str = "0;0,1;all"
 
 
 @dataclass
@@ -489,9 +493,9 @@ def run_decodeshare(cfg: DecodeShareConfig, run=None, *, model=None, progress=No
 
     say = progress or (lambda msg: None)
     parts = set(_list(cfg.parts))
-    bad = parts - {"table", "loto", "h3", "alpha", "steer"}
+    bad = parts - {"table", "loto", "h3", "alpha", "steer", "patchback"}
     if bad:
-        raise ConfigError(f"unknown parts {sorted(bad)}; use a subset of table,loto,h3,alpha,steer")
+        raise ConfigError(f"unknown parts {sorted(bad)}; use a subset of table,loto,h3,alpha,steer,patchback")
     if cfg.variant not in ("plain", "boundary"):
         raise ConfigError(f"variant must be 'plain' or 'boundary'; got {cfg.variant!r}")
     if cfg.energy_states not in ("edited", "boundary"):
@@ -615,6 +619,10 @@ def run_decodeshare(cfg: DecodeShareConfig, run=None, *, model=None, progress=No
     if "steer" in parts:
         out["steering"], out["steering_info"] = _steering(model, cfg, L, ss, fmt, say)
 
+    if "patchback" in parts:
+        out["patchback"] = _patchback(model, cfg, L, bases, evals, say)
+        info["patchback"] = out["patchback"].info
+
     if run is not None:
         _save(run, out)
     return out
@@ -687,9 +695,29 @@ def _steering(model, cfg, L, ss, fmt, say):
     return df, info
 
 
+def _patchback(model, cfg, L, bases, evals, say):
+    """Rescue rates of the shared-subspace removal (decode-only, plain variant, alpha = cfg.alpha) on the
+    generation flip set, per window: same-example (identity check), transfer donor (another baseline-correct
+    example of the same task), and the same-example donor patched through the variance-matched non-shared and the
+    Haar bases of the ablation table."""
+    from interplab.probes.decodeshare_patchback import patchback_rescue
+
+    windows = [w.strip() for w in str(cfg.patch_windows).split(";") if w.strip()]
+    controls = {name: bases[key]["basis"] for name, key in (("non-shared", "var-matched"), ("haar", "haar"))
+                if bases.get(key, {}).get("basis") is not None}
+    stops = sorted({s.stop for s in evals.values()})
+    return patchback_rescue(model, {t: s.prompts for t, s in evals.items()},
+                            {t: s.answers for t, s in evals.items()}, layer=L,
+                            ablation_basis=bases["shared"]["basis"], alpha=bases["shared"]["alpha"],
+                            controls=controls, windows=windows, max_new_tokens=cfg.eval_max_new_tokens,
+                            batch_size=cfg.batch_size, stop_tokens=stops, seed=cfg.seed, n_boot=cfg.n_boot,
+                            progress=say)
+
+
 def _save(run, out: Mapping[str, Any]) -> None:
     from interplab.figures.decodeshare import (
-        ablation_figure, alpha_sweep_figure, h3_grid_figure, null_histogram, steering_figure, variance_share_heatmap,
+        ablation_figure, alpha_sweep_figure, h3_grid_figure, null_histogram, patchback_figure, steering_figure,
+        variance_share_heatmap,
     )
 
     run.save_json("info", out["info"] | ({"steering": out["steering_info"]} if "steering_info" in out else {}))
@@ -717,11 +745,17 @@ def _save(run, out: Mapping[str, Any]) -> None:
     if "steering" in out:
         run.save_table("steering", out["steering"])
         run.save_figure("steering", steering_figure(out["steering"]))
+    if "patchback" in out:
+        pb = out["patchback"]
+        run.save_table("patchback", pb.table)
+        run.save_table("patchback_examples", pb.examples)
+        if len(pb.table):
+            run.save_figure("patchback", patchback_figure(pb.table))
 
 
 @register_experiment("decodeshare", config=DecodeShareConfig,
                      help="DecodeShare H2/H3: decode-only removal of the shared subspace vs prefill-estimated, Haar, "
                           "variance- and energy-matched controls; LOTO; estimator x locus grid; alpha sweep; "
-                          "steering overlap")
+                          "steering overlap; optional patchback rescue rates (parts=...,patchback)")
 def decodeshare(cfg: DecodeShareConfig, run) -> None:
     run_decodeshare(cfg, run)

@@ -11,6 +11,7 @@
 * `h3_grid_figure(grid)`: estimator x locus heatmap of mean delta, annotated with edited positions and energy.
 * `steering_figure(df)`: effect of v vs its repaired version at matched norm, per scale.
 * `layer_summary_figure(df)`: |S| and k per layer with the permutation-null p-values.
+* `patchback_figure(table)`: rescue-rate bars by decode-step window W and patch source (spec figure 10).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from interplab.figures.style import QUALITATIVE, SEQUENTIAL, apply_style
 __all__ = [
     "variance_share_heatmap", "scree_figure", "sensitivity_figure", "null_histogram", "principal_angle_figure",
     "ablation_figure", "alpha_sweep_figure", "h3_grid_figure", "steering_figure", "layer_summary_figure",
+    "patchback_figure",
 ]
 
 
@@ -240,3 +242,23 @@ def layer_summary_figure(df, *, title: str = "Shared subspace per layer"):
         fig.add_trace(go.Scatter(x=d["layer"], y=d["k"], mode="lines", name=f"k ({mode})",
                                  line=dict(color=col, dash="dot")))
     return apply_style(fig, title=title, xaxis="layer", yaxis="dimensions")
+
+
+def patchback_figure(table, *, task: str = "all", title: str | None = None):
+    """table columns: source, window, task, rescue_rate, lo, hi, n_flip (from `patchback_rescue`). One bar group
+    per window W, one bar per patch source, with 95% bootstrap CIs."""
+    go = _go()
+    df = table[table["task"] == task] if "task" in table.columns else table
+    fig = go.Figure()
+    for i, (src, d) in enumerate(df.groupby("source", sort=False)):
+        hover = [f"{int(r)} of {int(n)} rescued" for r, n in zip(d["n_rescued"], d["n_flip"])] \
+            if "n_rescued" in d.columns else None
+        fig.add_trace(go.Bar(x=d["window"], y=d["rescue_rate"], name=str(src),
+                             marker_color=QUALITATIVE[i % len(QUALITATIVE)], hovertext=hover,
+                             error_y=dict(type="data", symmetric=False, array=d["hi"] - d["rescue_rate"],
+                                          arrayminus=d["rescue_rate"] - d["lo"])))
+    n = int(df["n_flip"].iloc[0]) if len(df) else 0
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(range=[0, 1.05])
+    return apply_style(fig, title=title or f"Patchback rescue rate (|F| = {n} flipped examples, task {task})",
+                       xaxis="decode-step window W", yaxis="rescue rate (95% bootstrap CI)")

@@ -3,8 +3,9 @@ from interplab.interventions.base import PHASES, Edit, StepContext, broadcast_ma
 from interplab.interventions.basic import Ablate, Patch, Steer
 from interplab.interventions.head_gate import HeadGate, RandomHeadGate, truth_gates
 from interplab.interventions.logit_bias import LogitTemperature, StaticLogitBias, SuppressTokens
+from interplab.interventions.patchback import SubspacePatchback
 from interplab.interventions.projection import SubspaceProjection, teacher_forced
 
 __all__ = ["Edit", "StepContext", "PHASES", "broadcast_mask", "Steer", "Ablate", "Patch", "SubspaceProjection",
-           "teacher_forced", "StaticLogitBias", "SuppressTokens", "LogitTemperature",
+           "SubspacePatchback", "teacher_forced", "StaticLogitBias", "SuppressTokens", "LogitTemperature",
            "HeadGate", "RandomHeadGate", "truth_gates"]

@@ -86,3 +86,23 @@ def test_decodeshare_layers_experiment(toy_random, tmp_path):
     assert set(df["threshold"]) == {"tau=0.001", "tau_k=1"}
     sw = read_table(path / "tables" / "sensitivity.csv")
     assert {"tau", "rho", "k", "k_s", "tau_k"} <= set(sw.columns)
+
+
+def test_decodeshare_patchback_part_runs(toy_random, tmp_path):
+    """parts=patchback alone: the tables are written (a random model flips nothing it got right, so the rescue table
+    may be empty; the rates themselves are tested on a random Llama in test_patchback.py)."""
+    from interplab.experiments.registry import run_experiment
+    from interplab.results.io import read_json
+
+    path = run_experiment("decodeshare", {
+        "model": str(toy_random), "tasks": "copy,rev", "n_calib": 6, "n_eval": 4, "null_perm_B": 20,
+        "null_rot_B": 0, "n_boot": 50, "calib_max_new_tokens": 5, "eval_max_new_tokens": 5, "tau_k": 1.0,
+        "rho": 0.8, "parts": "patchback", "patch_windows": "0;all"}, root=tmp_path)
+    info = read_json(path / "json" / "info.json")
+    if info["k_s"] == 0:
+        pytest.skip("no shared direction on this random model")
+    pb = info["patchback"]
+    assert pb["windows"] == ["{0}", "all"] and pb["variant"] == "plain" and pb["n_examples"] == 8
+    assert set(pb["controls"]) <= {"non-shared", "haar"} and "haar" in pb["controls"]
+    assert (path / "tables" / "patchback.csv").exists()
+    assert not (path / "tables" / "ablation.csv").exists()

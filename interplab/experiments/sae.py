@@ -132,10 +132,18 @@ def train_one(model: Any, data: dict, out_dir: Path, *, method: str, architectur
 
 
 def metrics_row(model: Any, sae_dir: Path, eval_dialogues: list, **labels) -> dict:
+    """One results-table row: reconstruction metrics plus the CE-based metrics over all positions (unsuffixed) and
+    over assistant-answer positions only (`_response` keys; `evaluate_sae(positions="both")`). A chat template whose
+    answer spans cannot be located gives the all-position metrics only."""
+    from interplab.errors import DataError
     from interplab.sae import evaluate_sae, load_train_info
     from interplab.sae.steering import template_token_ids
 
-    r = evaluate_sae(model, sae_dir, eval_dialogues, special_token_ids=template_token_ids(model.tokenizer))
+    special = template_token_ids(model.tokenizer)
+    try:
+        r = evaluate_sae(model, sae_dir, eval_dialogues, special_token_ids=special, positions="both")
+    except DataError:
+        r = evaluate_sae(model, sae_dir, eval_dialogues, special_token_ids=special)
     info = load_train_info(sae_dir)
     return {**labels, **{k: v for k, v in r.items() if not isinstance(v, list)},
             "train_seconds": info.get("train_seconds"), "train_tokens_per_s": info.get("tokens_per_second"),
@@ -143,7 +151,8 @@ def metrics_row(model: Any, sae_dir: Path, eval_dialogues: list, **labels) -> di
 
 
 @register_experiment("sae-train", config=SAETrainRunConfig,
-                     help="train one SAE (FAST or block) on SAELens and evaluate it (FAST metrics, Delta Loss)")
+                     help="train one SAE (FAST or block) on SAELens and evaluate it (FAST metrics, Delta Loss over all "
+                          "positions and over assistant answers)")
 def sae_train(cfg: SAETrainRunConfig, run) -> None:
     import pandas as pd
     import torch
@@ -305,7 +314,8 @@ def sae_steer_sweep(cfg: SteerSweepConfig, run) -> None:
 
 
 @register_experiment("sae-fast-vs-block", config=FastVsBlockConfig,
-                     help="FAST vs BT(F) vs BT(P) SAEs: log2 MSE, MSE_st, EV, L0, Delta Loss, CE score; GSNR; "
+                     help="FAST vs BT(F) vs BT(P) SAEs: log2 MSE, MSE_st, EV, L0, Delta Loss, CE score (all positions "
+                          "and assistant answers only); GSNR; "
                           "special-token steering sweep")
 def sae_fast_vs_block(cfg: FastVsBlockConfig, run) -> None:
     import pandas as pd

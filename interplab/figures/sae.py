@@ -17,6 +17,9 @@ METRIC_LABELS = {
     "ce_loss_score": "CE-loss score",
     "kl_sae": "KL(clean || SAE)",
     "dead_features": "dead features",
+    "delta_loss_pct_response": "Delta Loss (%), assistant answers",
+    "ce_loss_score_response": "CE-loss score, assistant answers",
+    "kl_sae_response": "KL(clean || SAE), assistant answers",
 }
 
 
@@ -41,7 +44,8 @@ def metrics_bar_figure(df, metric: str = "log2_mse", *, x: str = "architecture",
 
 
 def metrics_grid_figure(df, metrics: Sequence[str] = ("log2_mse", "log2_mse_special", "explained_variance", "l0",
-                                                       "delta_loss_pct", "ce_loss_score"),
+                                                       "delta_loss_pct", "ce_loss_score", "delta_loss_pct_response",
+                                                       "ce_loss_score_response"),
                         *, x: str = "architecture", color: str = "method", title: str = "SAE comparison"):
     """Small multiples: one grouped-bar panel per metric."""
     from plotly.subplots import make_subplots

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import torch
 
-from interplab.errors import ConfigError, InputError
+from interplab.errors import ConfigError, DataError, InputError
 
 # interplab site kind -> TransformerLens (legacy) hook suffix used by SAELens metadata.
 _SITE_TO_HOOK = {
@@ -81,6 +81,34 @@ def chat_ids(tokenizer: Any, messages: Sequence[dict], add_generation_prompt: bo
             raise InputError("apply_chat_template returned a batch for one dialogue")
         out = out[0]
     return [int(t) for t in out]
+
+
+def assistant_token_mask(tokenizer: Any, messages: Sequence[dict]) -> list[bool]:
+    """Per-token mask of `chat_ids(tokenizer, messages)`: True on the tokens of every assistant turn's *answer*, i.e.
+    the tokens a chat model is trained to predict (the toy organisms' loss mask, `interplab.data.examples`).
+
+    Derived from the chat template itself, with no per-template rules: for each assistant message k, the answer starts
+    where `chat_ids(messages[:k], add_generation_prompt=True)` ends (after the template's `<|im_start|> assistant`
+    header) and ends where `chat_ids(messages[:k+1])` ends, so it includes the turn's closing marker (`<|im_end|>`,
+    plus whatever the template appends after it, e.g. Qwen's newline). Raises DataError when a template does not
+    render dialogue prefixes as token prefixes (then answer spans cannot be located this way)."""
+    full = chat_ids(tokenizer, messages)
+    mask = [False] * len(full)
+    for k, msg in enumerate(messages):
+        if msg.get("role") != "assistant":
+            continue
+        if k == 0:
+            raise DataError("a dialogue that opens with an assistant turn has no prompt to locate the answer after; "
+                            "start it with a system or user turn, or use positions='all'")
+        head = chat_ids(tokenizer, messages[:k], add_generation_prompt=True)
+        upto = chat_ids(tokenizer, messages[:k + 1])
+        if full[:len(head)] != head or full[:len(upto)] != upto or len(upto) < len(head):
+            raise DataError(
+                f"the chat template does not render assistant turn {k} as a token prefix of the full dialogue, so "
+                "its answer tokens cannot be located; use positions='all' for this model")
+        for j in range(len(head), len(upto)):
+            mask[j] = True
+    return mask
 
 
 def text_ids(tokenizer: Any, text: str) -> list[int]:

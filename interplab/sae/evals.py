@@ -16,6 +16,9 @@ the SAE reconstruction at every real position):
   over dialogues;
 * SAELens-style ce_loss_score = (CE_zero - CE_sae) / (CE_zero - CE_clean) (zero ablation of the site);
 * KL(clean || sae) of the next-token distributions, mean over predicted tokens.
+Which positions the CE-based metrics average over is `positions` (spec: "whether all tokens or only assistant tokens
+count is a switch"): "all" = every real position (the unsuffixed keys), "response" = only positions whose next
+token is an assistant-answer token (keys suffixed `_response`); see `evaluate_sae`.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
-from interplab.errors import InputError, ShapeError
+from interplab.errors import ConfigError, DataError, InputError, ShapeError
 
 
 class ReconstructionAccumulator:
@@ -113,15 +116,20 @@ class ReconstructionAccumulator:
         return out
 
 
-def next_token_ce(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def next_token_ce(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor,
+                  target_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row mean next-token CE over real positions (logits[:, t] predicts tokens[:, t+1]) and the per-position
-    CE [b, p-1] (0 at masked positions). mask: [b, p] real tokens."""
+    CE [b, p-1] (0 at masked positions). mask: [b, p] real tokens. target_mask: optional [b, p] bool, True at the
+    tokens whose prediction counts (e.g. assistant-answer tokens); a row without any gives CE 0 (callers drop it)."""
     if logits.ndim != 3 or logits.shape[:2] != tokens.shape or tokens.shape != mask.shape:
         raise ShapeError(f"logits [b,p,V], tokens [b,p], mask [b,p] expected; got {tuple(logits.shape)}, "
                          f"{tuple(tokens.shape)}, {tuple(mask.shape)}")
+    if target_mask is not None and target_mask.shape != mask.shape:
+        raise ShapeError(f"target_mask {tuple(target_mask.shape)} must match mask {tuple(mask.shape)}")
     lp = torch.log_softmax(logits[:, :-1].double(), -1)
     ce = -lp.gather(-1, tokens[:, 1:, None].long()).squeeze(-1)
-    m = (mask[:, :-1] & mask[:, 1:]).to(ce.dtype)
+    tgt = mask[:, 1:] if target_mask is None else mask[:, 1:] & target_mask[:, 1:].to(mask.device).bool()
+    m = (mask[:, :-1] & tgt).to(ce.dtype)
     ce = ce * m
     return ce.sum(1) / m.sum(1).clamp_min(1), ce
 
@@ -143,24 +151,77 @@ def sae_recon(sae: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return f, sae.decode(f).to(x.dtype).to(x.device)
 
 
+POSITIONS = ("all", "response")
+
+
+def _positions(positions: Any) -> tuple[str, ...]:
+    """Normalise `positions` ("all" | "response" | "both" | a list of those) to a tuple of POSITIONS."""
+    valid = "'all', 'response', 'both' or a list of 'all'/'response'"
+    if isinstance(positions, str):
+        items = list(POSITIONS) if positions == "both" else [positions]
+    elif isinstance(positions, (list, tuple)) and positions:
+        items = list(positions)
+    else:
+        raise ConfigError(f"positions must be {valid}; got {positions!r}")
+    bad = [p for p in items if p not in POSITIONS]
+    if bad:
+        raise ConfigError(f"positions {bad[0]!r} is not valid; use {valid}")
+    return tuple(p for p in POSITIONS if p in items)
+
+
+def response_masks(model: Any, dialogues: Sequence[Any], truncate: int | None = 8192) -> list[torch.Tensor]:
+    """One bool tensor per dialogue, aligned with the FAST provider's token ids (`chat_ids`, truncated like it):
+    True at assistant-answer tokens (`interplab.sae._util.assistant_token_mask`: every assistant turn's content and
+    its closing `<|im_end|>`; not the `<|im_start|> assistant` header). Needs dialogues, not texts or token ids."""
+    from interplab.sae._util import assistant_token_mask, is_dialogue
+
+    out = []
+    for i, d in enumerate(dialogues):
+        if not is_dialogue(d):
+            raise InputError(f"positions='response' needs chat dialogues (lists of {{'role','content'}} dicts); sample "
+                             f"{i} is a {type(d).__name__}")
+        m = assistant_token_mask(model.tokenizer, d)
+        out.append(torch.tensor(m[:truncate] if truncate is not None else m, dtype=torch.bool))
+    return out
+
+
 def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | None = None,
                  special_token_ids: Sequence[int] | None = None, truncate: int | None = 8192, micro_batch: int = 16,
-                 downstream: bool = True, dense_threshold: float = 0.1) -> dict:
+                 downstream: bool = True, dense_threshold: float = 0.1, positions: Any = "all") -> dict:
     """FAST evaluation of `sae` (an SAELens SAE or a directory) on `dialogues` (one per forward).
 
     special_token_ids: ids counted for MSE_st (default: the tokenizer's special/added tokens, i.e. the chat
     markers and BOS/EOS). Returns a flat dict: mse, log2_mse, mse_special, log2_mse_special, mse_token_weighted,
-    mse_saelens, explained_variance, l0, dead_features, dense_features, and with `downstream`: ce_clean, ce_sae,
-    ce_zero_ablation, delta_loss_pct, ce_loss_score, kl_sae, kl_zero_ablation."""
+    mse_saelens, explained_variance, l0, dead_features, dense_features, and with `downstream` the CE-based metrics
+    ce_clean, ce_sae, ce_zero_ablation, delta_loss_pct, ce_loss_score, kl_sae, kl_zero_ablation.
+
+    positions: which positions the CE-based metrics count (reconstruction metrics always use every token):
+    * "all" (default): every real position that predicts a real next token (KL: every real position). Unsuffixed
+      keys, the numbers this function always returned.
+    * "response": only positions whose NEXT token is an assistant-answer token, i.e. the tokens a chat model is
+      trained to predict: the content of every assistant turn plus its closing `<|im_end|>` (the toy organisms'
+      SFT loss mask), located from the chat template by `assistant_token_mask` (not the `<|im_start|> assistant`
+      header, no prompt token). KL is taken at the same positions. Keys get the suffix `_response` (ce_clean_response,
+      ..., kl_zero_ablation_response) plus n_sequences_response / n_tokens_response; per-dialogue means are
+      averaged over dialogues with at least one answer token. Needs dialogues.
+    * "both" or ["all", "response"]: both sets side by side (the same forwards; no extra cost).
+    Anything else raises ConfigError naming the valid choices."""
     from interplab.sae._util import load_sae, sae_site, special_token_ids as _special
     from interplab.sae.providers import fast_provider
 
+    pos = _positions(positions)
     sae = load_sae(sae)
     site = sae_site(sae, site)
     if special_token_ids is None:
         special_token_ids = _special(model.tokenizer)
     prov = fast_provider(model, dialogues, site=site, truncate=truncate, micro_batch=micro_batch, shuffle=False,
                          bucket=True)
+    resp = None
+    if downstream and "response" in pos:
+        resp = response_masks(model, dialogues, truncate)
+        for i, (m, ids) in enumerate(zip(resp, prov.samples)):
+            if m.numel() != len(ids):  # pragma: no cover - both come from chat_ids
+                raise DataError(f"response mask of dialogue {i} has {m.numel()} entries for {len(ids)} tokens")
     acc = ReconstructionAccumulator(int(sae.cfg.d_sae), special_token_ids, dense_threshold)
     sae.eval()
     with torch.no_grad():
@@ -171,33 +232,78 @@ def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | 
     res["site"] = site
     res["special_token_ids"] = list(map(int, special_token_ids))
     if downstream:
-        res.update(downstream_metrics(model, sae, prov, site=site))
+        res.update(downstream_metrics(model, sae, prov, site=site, positions=pos, response_masks=resp))
     return res
 
 
-def downstream_metrics(model: Any, sae: Any, provider: Any, *, site: str) -> dict:
-    """CE clean / with SAE / with zero ablation per dialogue, Delta Loss %, ce_loss_score and KL."""
+def _place(batch_mask: torch.Tensor, per_sample: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Scatter per-sample token masks into a padded batch (either padding side): row b's real positions, in order,
+    get per_sample[b]."""
+    out = torch.zeros_like(batch_mask, dtype=torch.bool)
+    for b, m in enumerate(per_sample):
+        real = batch_mask[b].nonzero().squeeze(-1)
+        if real.numel() != m.numel():
+            raise ShapeError(f"row {b} has {real.numel()} real tokens but its mask has {m.numel()}")
+        out[b, real] = m.to(out.device)
+    return out
+
+
+def _summary(ce: dict, kl: dict, suffix: str = "") -> dict:
+    c = {k: torch.cat(v).mean().item() if v and torch.cat(v).numel() else float("nan") for k, v in ce.items()}
+    denom = c["zero"] - c["clean"]
+    klm = {k: torch.cat(v).mean().item() if v and torch.cat(v).numel() else float("nan") for k, v in kl.items()}
+    out = {"ce_clean": c["clean"], "ce_sae": c["sae"], "ce_zero_ablation": c["zero"],
+           "delta_loss_pct": (c["sae"] - c["clean"]) / c["clean"] * 100.0 if c["clean"] != 0 else float("nan"),
+           "ce_loss_score": (c["zero"] - c["sae"]) / denom if abs(denom) > 1e-12 else float("nan"),
+           "kl_sae": klm["sae"], "kl_zero_ablation": klm["zero"]}
+    return {k + suffix: v for k, v in out.items()}
+
+
+def downstream_metrics(model: Any, sae: Any, provider: Any, *, site: str, positions: Any = "all",
+                       response_masks: Sequence[torch.Tensor] | None = None) -> dict:
+    """CE clean / with SAE / with zero ablation per dialogue, Delta Loss %, ce_loss_score and KL, over the
+    `positions` of `evaluate_sae` ("response" needs `response_masks`, one per provider sample)."""
     from interplab.interventions import Ablate
     from interplab.sae.steering import SAESplice
 
+    pos = _positions(positions)
+    if "response" in pos and (response_masks is None or len(response_masks) != len(provider.samples)):
+        raise InputError("positions='response' needs one response mask per sample (see response_masks())")
     splice = SAESplice(sae, site)
     ablate = Ablate(site)
     ce = {"clean": [], "sae": [], "zero": []}
     kl = {"sae": [], "zero": []}
+    ce_r = {"clean": [], "sae": [], "zero": []}
+    kl_r = {"sae": [], "zero": []}
+    n_tok_r = 0
     with torch.no_grad():
         for idx in provider._batches(0):
             seqs = [provider.samples[i] for i in idx]
             clean = model.run(seqs, logits=True)
             toks, mask = clean.batch.input_ids, clean.batch.attention_mask.bool()
-            ce_c, _ = next_token_ce(clean.logits, toks, mask)
-            ce["clean"].append(ce_c)
+            outs = {"clean": clean}
             for key, edit in (("sae", splice), ("zero", ablate)):
-                o = model.run(seqs, edits=[edit], logits=True)
-                ce[key].append(next_token_ce(o.logits, toks, mask)[0])
-                kl[key].append(kl_per_row(clean.logits, o.logits, mask))
-    c = {k: torch.cat(v).mean().item() for k, v in ce.items()}
-    denom = c["zero"] - c["clean"]
-    return {"ce_clean": c["clean"], "ce_sae": c["sae"], "ce_zero_ablation": c["zero"],
-            "delta_loss_pct": (c["sae"] - c["clean"]) / c["clean"] * 100.0,
-            "ce_loss_score": (c["zero"] - c["sae"]) / denom if abs(denom) > 1e-12 else float("nan"),
-            "kl_sae": torch.cat(kl["sae"]).mean().item(), "kl_zero_ablation": torch.cat(kl["zero"]).mean().item()}
+                outs[key] = model.run(seqs, edits=[edit], logits=True)
+            if "all" in pos:
+                for key, o in outs.items():
+                    ce[key].append(next_token_ce(o.logits, toks, mask)[0])
+                    if key != "clean":
+                        kl[key].append(kl_per_row(clean.logits, o.logits, mask))
+            if "response" in pos:
+                tgt = _place(mask, [response_masks[i] for i in idx])
+                pm = torch.zeros_like(mask)           # positions whose next token is an answer token
+                pm[:, :-1] = mask[:, :-1] & mask[:, 1:] & tgt[:, 1:]
+                keep = pm.any(1)
+                n_tok_r += int(pm.sum())
+                for key, o in outs.items():
+                    ce_r[key].append(next_token_ce(o.logits, toks, mask, tgt)[0][keep.to(o.logits.device)])
+                    if key != "clean":
+                        kl_r[key].append(kl_per_row(clean.logits, o.logits, pm)[keep.to(o.logits.device)])
+    res = {}
+    if "all" in pos:
+        res.update(_summary(ce, kl))
+    if "response" in pos:
+        res.update(_summary(ce_r, kl_r, "_response"))
+        res["n_sequences_response"] = int(sum(v.numel() for v in ce_r["clean"]))
+        res["n_tokens_response"] = n_tok_r
+    return res

@@ -43,6 +43,9 @@ def test_sae_pages(monkeypatch, tmp_path, small_llama):
     frames = [e.value for e in at.dataframe]  # dataframes expose no key in AppTest: find them by columns
     cmp = [f for f in frames if "run" in f.columns and "log2_mse" in f.columns]
     assert cmp and "tiny" in list(cmp[-1]["run"])  # the compare tab lists the run with its metrics
+    # ... including the CE metrics over assistant-answer positions next to the all-position ones
+    ce_cols = {"delta_loss_pct", "ce_loss_score", "delta_loss_pct_response", "ce_loss_score_response"}
+    assert ce_cols <= set(cmp[-1].columns)
 
     at = AppTest.from_file(str(PAGES / "8_Feature_Browser.py"), default_timeout=TIMEOUT).run()
     assert not at.exception, at.exception

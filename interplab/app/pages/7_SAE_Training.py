@@ -15,7 +15,10 @@ from interplab.errors import InterplabError  # noqa: E402
 st.title("SAE Training")
 st.caption("Train sparse autoencoders with SAELens's trainer on FAST (one chat-templated dialogue per forward) or "
            "block-packed activations (BT(F) on the same dialogues, BT(P) on plain text), then compare them on held-out "
-           "dialogues: log2 MSE (paper Eq. 7), MSE on special tokens, explained variance, L0, Delta Loss, CE score.")
+           "dialogues: log2 MSE (paper Eq. 7), MSE on special tokens, explained variance, L0, Delta Loss, CE score. "
+           "Delta Loss / CE score / KL come twice: over every position and (`_response`) over the positions that "
+           "predict assistant-answer tokens only, the tokens a chat model is trained on: on a chat organism the "
+           "all-position numbers are dominated by prompt tokens it never learned to predict.")
 
 name, backend = model_picker("model")
 device, dtype = picked_device_dtype("model")
@@ -121,7 +124,8 @@ with tab_compare:
             df = pd.DataFrame(rows)
             show_cols = [c for c in ["run", "method", "architecture", "log2_mse", "log2_mse_special",
                                      "explained_variance", "l0", "dead_features", "delta_loss_pct", "ce_loss_score",
-                                     "kl_sae", "train_tokens_per_s"] if c in df.columns]
+                                     "kl_sae", "delta_loss_pct_response", "ce_loss_score_response",
+                                     "kl_sae_response", "train_tokens_per_s"] if c in df.columns]
             st.dataframe(df[show_cols], hide_index=True, key="sae_cmp_table")
             from interplab.figures.sae import density_histogram_figure, metrics_grid_figure, training_curves_figure
 

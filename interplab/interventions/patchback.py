@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from interplab.errors import InputError, ShapeError
-from interplab.interventions.base import Edit, StepContext
+from interplab.interventions.base import StepContext
+from interplab.interventions.projection import SubspaceEdit
 
 __all__ = ["SubspacePatchback", "parse_window", "window_label", "WINDOWS"]
 
@@ -63,7 +64,7 @@ def window_label(window: Window) -> str:
     return "all" if w is None else "{" + ",".join(map(str, w)) + "}"
 
 
-class SubspacePatchback(Edit):
+class SubspacePatchback(SubspaceEdit):
     """h <- h + Pi (h_donor[s] - h) at `resid_post.{layer}` on decode steps s in `window` (see module doc).
 
     layer: block whose output is patched. basis: [d, k], orthonormalised once (QR). donor_states: [b, K, d] (one
@@ -75,15 +76,7 @@ class SubspacePatchback(Edit):
     phases = ("decode",)
 
     def __init__(self, layer: int, basis, donor_states, donor_valid=None, window: Window = "all"):
-        from interplab.probes.subspaces import orthonormalize
-
-        self.layer = int(layer)
-        self.sites = (f"resid_post.{self.layer}",)
-        b = basis.detach().cpu().double().numpy() if isinstance(basis, torch.Tensor) else np.asarray(basis, float)
-        if b.ndim != 2:
-            raise ShapeError(f"SubspacePatchback basis must be [d, k]; got shape {b.shape}")
-        q = orthonormalize(b) if b.shape[1] else np.zeros((b.shape[0], 0))
-        self.Q = torch.from_numpy(np.ascontiguousarray(q))  # float64 [d, k]
+        self._set_basis(layer, basis)
         donor = torch.as_tensor(np.asarray(donor_states) if not isinstance(donor_states, torch.Tensor)
                                 else donor_states).detach()
         if donor.ndim == 2:
@@ -105,14 +98,6 @@ class SubspacePatchback(Edit):
         self.window = parse_window(window)
         self.positions = self._select
         self.reset_counters()
-
-    @property
-    def k(self) -> int:
-        return int(self.Q.shape[1])
-
-    @property
-    def d(self) -> int:
-        return int(self.Q.shape[0])
 
     @property
     def n_steps(self) -> int:

@@ -31,7 +31,31 @@ def _boundary_positions(ctx: StepContext) -> torch.Tensor:
     return ctx.positions >= (ctx.prompt_lengths[:, None] - 1)
 
 
-class SubspaceProjection(Edit):
+class SubspaceEdit(Edit):
+    """Base of the edits that act on span(basis) at `resid_post.{layer}`: one orthonormal basis Q (float64 [d, k],
+    QR once, so any basis of the same subspace gives the same edit) and its sizes."""
+
+    def _set_basis(self, layer: int, basis) -> None:
+        from interplab.probes.subspaces import orthonormalize
+
+        self.layer = int(layer)
+        self.sites = (f"resid_post.{self.layer}",)
+        b = basis.detach().cpu().double().numpy() if isinstance(basis, torch.Tensor) else np.asarray(basis, float)
+        if b.ndim != 2:
+            raise ShapeError(f"{type(self).__name__} basis must be [d, k]; got shape {b.shape}")
+        q = orthonormalize(b) if b.shape[1] else np.zeros((b.shape[0], 0))
+        self.Q = torch.from_numpy(np.ascontiguousarray(q))
+
+    @property
+    def k(self) -> int:
+        return int(self.Q.shape[1])
+
+    @property
+    def d(self) -> int:
+        return int(self.Q.shape[0])
+
+
+class SubspaceProjection(SubspaceEdit):
     """Remove (alpha = 1), shrink (0 < alpha < 1) or over-remove (alpha > 1) the component of the residual stream in
     span(basis) at `resid_post.{layer}`.
 
@@ -50,15 +74,7 @@ class SubspaceProjection(Edit):
 
     def __init__(self, layer: int, basis, alpha: float = 1.0, phases: Sequence[str] = ("decode",), *,
                  boundary: bool = False, positions: PositionSpec = "all", stage: int | None = None):
-        from interplab.probes.subspaces import orthonormalize
-
-        self.layer = int(layer)
-        self.sites = (f"resid_post.{self.layer}",)
-        b = basis.detach().cpu().double().numpy() if isinstance(basis, torch.Tensor) else np.asarray(basis, float)
-        if b.ndim != 2:
-            raise ShapeError(f"SubspaceProjection basis must be [d, k]; got shape {b.shape}")
-        q = orthonormalize(b) if b.shape[1] else np.zeros((b.shape[0], 0))
-        self.Q = torch.from_numpy(np.ascontiguousarray(q))  # float64 [d, k]
+        self._set_basis(layer, basis)
         self.alpha = float(alpha)
         self.boundary = bool(boundary)
         self.user_phases = tuple(phases)
@@ -80,14 +96,6 @@ class SubspaceProjection(Edit):
         else:
             self.positions = positions
         self.reset_counters()
-
-    @property
-    def k(self) -> int:
-        return int(self.Q.shape[1])
-
-    @property
-    def d(self) -> int:
-        return int(self.Q.shape[0])
 
     def is_noop(self) -> bool:
         return self.alpha == 0.0 or self.k == 0

@@ -5,6 +5,8 @@
 * `pcfg-probes`: layer-wise parse probes on one organism (default zoo:pcfg-L6) with random-init and
   shuffled-label controls over several split seeds; l*(ℓ) per target and its slope against log2 ℓ.
 * `pcfg-attention`: attention mass at relative offset 2^(k-1) per layer and head (construction mirror).
+* `pcfg-construction`: the rest of the construction mirror (§5.4): per layer, held-out R² of the size-2^k dyadic
+  inside vector at aligned block ends, and KL(p_trunc,k ‖ logit lens at layer l) for the k-level truncated predictor.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pandas as pd
 
 from interplab.experiments.registry import register_experiment
 
-__all__ = ["PCFGDepthConfig", "PCFGProbesConfig", "PCFGAttentionConfig", "depth_sweep", "probe_study"]
+__all__ = ["PCFGDepthConfig", "PCFGProbesConfig", "PCFGAttentionConfig", "PCFGConstructionConfig", "depth_sweep", "probe_study"]
 
 
 def _names(s: str) -> list[str]:
@@ -153,3 +155,47 @@ def pcfg_attention(cfg: PCFGAttentionConfig, run) -> None:
         run.save_figure("attention_offset_" + name.replace("zoo:", ""), attention_offset_figure(am.drop(columns="model"),
                         title=f"{name}: attention at offset 2^(k-1) (max over heads / uniform)"))
     run.save_table("attention_offset", pd.concat(out, ignore_index=True))
+
+
+@dataclass
+class PCFGConstructionConfig:
+    """models: comma-separated organisms trained on a uniform-binary grammar; n_sequences: held-out samples;
+    n_seeds: probe split seeds; seed: sample seed; backend."""
+
+    models: str = "zoo:pcfg-L2,zoo:pcfg-L4,zoo:pcfg-L6"
+    n_sequences: int = 400
+    n_seeds: int = 3
+    seed: int = 0
+    backend: str = "bridge"
+
+
+@register_experiment("pcfg-construction", config=PCFGConstructionConfig,
+                     help="construction mirror: dyadic inside vectors per layer, KL to the k-level truncated predictor")
+def pcfg_construction(cfg: PCFGConstructionConfig, run) -> None:
+    import interplab
+    from interplab.figures.pcfg import dyadic_probe_figure, truncated_kl_figure
+    from interplab.probes.pcfg_parse import construction_mirror
+    from interplab.zoo.recipes.pcfg import grammar_of
+
+    probes, kls, summary = [], [], {}
+    for name in _names(cfg.models):
+        m = interplab.load_model(name, backend=cfg.backend)
+        g = grammar_of(m)
+        out = construction_mirror(m, g, cfg.n_sequences, cfg.seed, n_seeds=cfg.n_seeds)
+        short = name.replace("zoo:", "").replace("/", "_")
+        pr, kl = out["probe"], out["kl"]
+        run.save_figure("dyadic_probe_" + short, dyadic_probe_figure(pr, title=f"{name}: dyadic inside R² by layer"))
+        run.save_figure("truncated_kl_" + short, truncated_kl_figure(kl, title=f"{name}: KL(p_trunc,k ‖ layer l)"))
+        last = kl[kl["final_layer"]]
+        summary[name] = {"log2_n": out["log2_n"],
+                         "final_kl_by_k": {int(r.k): float(r.kl_trunc_model) for r in last.itertuples()},
+                         "kl_exact_trunc_by_k": {int(r.k): float(r.kl_exact_trunc) for r in last.itertuples()},
+                         "best_k_by_layer": {int(l): int(d.loc[d["kl_trunc_model"].idxmin(), "k"])
+                                             for l, d in kl.groupby("layer")}}
+        pr.insert(0, "model", name)
+        kl.insert(0, "model", name)
+        probes.append(pr)
+        kls.append(kl)
+    run.save_table("dyadic_probe", pd.concat(probes, ignore_index=True))
+    run.save_table("truncated_kl", pd.concat(kls, ignore_index=True))
+    run.save_json("summary", summary)

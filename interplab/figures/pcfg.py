@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from interplab.figures.style import PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style, heatmap_axes
 
-__all__ = ["kl_by_position_figure", "depth_sweep_figure", "next_token_figure", "probe_curves_figure",
+__all__ = ["dyadic_probe_figure", "truncated_kl_figure", "kl_by_position_figure", "depth_sweep_figure", "next_token_figure", "probe_curves_figure",
            "local_to_global_heatmap", "lstar_figure", "attention_offset_figure", "parse_tree_figure",
            "training_curve_figure", "calibration_figure"]
 
@@ -211,3 +211,40 @@ def calibration_figure(p: np.ndarray, q: np.ndarray, *, title: str | None = None
     lo = float(min(lp.min(), lq.min())) if m.any() else -6
     fig.add_trace(go.Scatter(x=[lo, 0], y=[lo, 0], mode="lines", line=dict(color="black", dash="dot"), showlegend=False))
     return apply_style(fig, title=title or "calibration", xaxis="log10 p_G", yaxis="log10 q_θ")
+
+
+def dyadic_probe_figure(df: pd.DataFrame, *, column: str = "r2", title: str | None = None) -> go.Figure:
+    """Heatmap layer × k of the held-out R² of the size-2^k dyadic inside vector read at aligned block ends (a
+    ``probe`` frame of `construction_mirror`); cell text shows the random-init control in brackets. The
+    construction predicts a diagonal: level k decodable from layer k − 1 on."""
+    layers = sorted(df["layer"].unique())
+    ks = sorted(df["k"].unique())
+    z = np.full((len(layers), len(ks)), np.nan)
+    text = [["" for _ in ks] for _ in layers]
+    for _, r in df.iterrows():
+        i, j = layers.index(r["layer"]), ks.index(r["k"])
+        z[i, j] = r[column]
+        ctrl = f" ({r['r2_random_init']:.2f})" if "r2_random_init" in r else ""
+        text[i][j] = f"{r[column]:.2f}{ctrl}"
+    fig = go.Figure(go.Heatmap(z=z, x=[f"k={k} (block {2 ** k})" for k in ks], y=[str(l) for l in layers],
+                               text=text, texttemplate="%{text}", colorscale=SEQUENTIAL, zmin=0, zmax=1,
+                               colorbar=dict(title="R²")))
+    heatmap_axes(fig, y_reversed=False)
+    return apply_style(fig, title=title or "dyadic inside vector of size 2^k: held-out R² (random init)",
+                       xaxis="k", yaxis="layer (−1 = embeddings)")
+
+
+def truncated_kl_figure(df: pd.DataFrame, *, title: str | None = None) -> go.Figure:
+    """KL(p_trunc,k ‖ q_l) against k, one line per layer l (logit lens; a ``kl`` frame of `construction_mirror`),
+    with KL(p_G ‖ p_trunc,k) dashed: how much the truncation itself loses. Log y axis."""
+    fig = go.Figure()
+    for i, (l, g) in enumerate(df.groupby("layer")):
+        g = g.sort_values("k")
+        fig.add_trace(go.Scatter(x=g["k"], y=g["kl_trunc_model"], mode="markers+lines", name=f"layer {l}",
+                                 line=dict(color=QUALITATIVE[i % len(QUALITATIVE)])))
+    g = df[df["layer"] == df["layer"].max()].sort_values("k")
+    fig.add_trace(go.Scatter(x=g["k"], y=g["kl_exact_trunc"].clip(lower=1e-6), mode="lines",
+                             name="KL(p_G ‖ p_trunc,k)", line=dict(color="black", dash="dash")))
+    fig.update_yaxes(type="log")
+    return apply_style(fig, title=title or "KL(p_trunc,k ‖ model at layer l)", xaxis="k (blocks up to size 2^k)",
+                       yaxis="KL (nats/token)")

@@ -6,6 +6,8 @@ from interplab.grammar.algorithms import (
     Chart, PrefixResult, ViterbiResult, inside, log_prob, viterbi, prefix, prefix_log_prob, next_token_logprobs,
     prefix_span_posteriors, span_marginals,
 )
+from interplab.grammar.dyadic import (DyadicInside, DyadicUndefinedError, dyadic_inside, dyadic_sizes,
+                                      truncated_next_token_logprobs)
 from interplab.grammar.examples import hand_grammar, EXAMPLES, example
 from interplab.grammar.oracle import GrammarOracleLM
 
@@ -14,5 +16,6 @@ __all__ = [
     "uniform_binary", "layered", "random_cnf", "UniformBinary", "Layered", "RandomCNF",
     "Chart", "PrefixResult", "ViterbiResult", "inside", "log_prob", "viterbi", "prefix", "prefix_log_prob",
     "next_token_logprobs", "prefix_span_posteriors", "span_marginals", "hand_grammar", "EXAMPLES", "example",
-    "GrammarOracleLM",
+    "GrammarOracleLM", "DyadicInside", "DyadicUndefinedError", "dyadic_inside", "dyadic_sizes",
+    "truncated_next_token_logprobs",
 ]

@@ -61,6 +61,24 @@ def _logmatmul(a: torch.Tensor, b_prob: torch.Tensor) -> torch.Tensor:
     return _log(torch.exp(a - m) @ b_prob) + m
 
 
+def _combine_splits(Lft: torch.Tensor, Rgt: torch.Tensor, R2t: torch.Tensor, *,
+                    differentiable: bool = False) -> torch.Tensor:
+    """One CKY cell update for a batch of spans (spec §2.7): log β[X] = log Σ_s Σ_{Y,Z} R[X,Y,Z]·exp(Lft[s,Y] +
+    Rgt[s,Z]). ``Lft``/``Rgt`` are [B, m, S, N] log inside vectors of the left/right parts of the S candidate
+    splits of each of the m spans; ``R2t`` is R reshaped to [N², N]. A shifted exp–einsum–matmul–log contraction
+    (memory O(B·m·N²)); all-(−inf) inputs give −inf, never NaN. Shared by `inside` (S = w−1 splits per width) and
+    `interplab.grammar.dyadic.dyadic_inside` (S = 1: the middle split of an aligned block)."""
+    B, m, _, N = Lft.shape
+    mL = _finite_or_zero(Lft.detach().amax(dim=(2, 3), keepdim=True))
+    mR = _finite_or_zero(Rgt.detach().amax(dim=(2, 3), keepdim=True))
+    P = torch.einsum("bijy,bijz->biyz", torch.exp(Lft - mL), torch.exp(Rgt - mR))  # [B, m, N, N]
+    shift = (mL + mR).reshape(B, m, 1)
+    prod = P.reshape(B, m, N * N) @ R2t
+    if differentiable:  # no inf gradients from log(0)
+        prod = prod.clamp_min(torch.finfo(prod.dtype).tiny)
+    return _log(prod) + shift
+
+
 @dataclass
 class Chart:
     """Inside chart in diagonal storage; ``widths[w]`` is [B, n-w+1, N] (``widths[0]`` is None)."""
@@ -107,14 +125,7 @@ def inside(g: PCFG, tokens, lengths=None, *, span_potentials: torch.Tensor | Non
         m = n - w + 1
         Lft = torch.stack([widths[j][:, :m] for j in range(1, w)], dim=2)  # [B, m, w-1, N]
         Rgt = torch.stack([widths[w - j][:, j:j + m] for j in range(1, w)], dim=2)
-        mL = _finite_or_zero(Lft.detach().amax(dim=(2, 3), keepdim=True))
-        mR = _finite_or_zero(Rgt.detach().amax(dim=(2, 3), keepdim=True))
-        P = torch.einsum("bijy,bijz->biyz", torch.exp(Lft - mL), torch.exp(Rgt - mR))  # [B, m, N, N]
-        shift = (mL + mR).reshape(B, m, 1)
-        prod = P.reshape(B, m, N * N) @ R2t
-        if span_potentials is not None:  # differentiable path: no inf gradients from log(0)
-            prod = prod.clamp_min(torch.finfo(prod.dtype).tiny)
-        cur = _log(prod) + shift
+        cur = _combine_splits(Lft, Rgt, R2t, differentiable=span_potentials is not None)
         if span_potentials is not None:
             idx = torch.arange(m)
             cur = cur + span_potentials[:, idx, idx + w]

@@ -8,6 +8,11 @@
   penalty heatmaps (strength × p), sector maps, the Implication-3 pairwise test and the baselines (diffmean,
   PCA sign-fixed, logistic probe) vs strength. Judge: the concept's token set (+ gibberish filter).
 
+* `crh-spiral`: the spiral probe (spec §2.4) on one prompt pair of a chat organism: two concept instructions
+  differing in one token; norm-constrained steering vectors optimised per budget w, helix fits (fixed +
+  faithful) of the trajectory and of two controls (the LRH reference line; the trajectory flattened to its top-2
+  PCs).
+
 `run_concept_study(model, concepts, cfg)` is the model-generic core (any `ConceptData`), used by `crh-toy` and by
 the tests on random checkpoints."""
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 from interplab.errors import ConfigError, InputError
 from interplab.experiments.registry import register_experiment
 
-__all__ = ["CRHSyntheticConfig", "CRHToyConfig", "ConceptData", "toy_concept_data", "run_concept_study",
+__all__ = ["CRHSyntheticConfig", "CRHToyConfig", "CRHSpiralConfig", "toy_spiral_prompts", "ConceptData", "toy_concept_data", "run_concept_study",
            "synthetic_study"]
 
 
@@ -448,3 +453,90 @@ def crh_toy(cfg: CRHToyConfig, run) -> None:
         else:
             summary["impl3"] = None
     run.save_json("summary", summary)
+
+
+# ------------------------------------------------------------------------------------------------ spiral probe
+@dataclass
+class CRHSpiralConfig:
+    """model: zoo name or checkpoint dir; concept_ori / concept_tgt: the two instructions' concepts (the prompts
+    `mention <concept>` (system) + `<question> sep` (user) differ in that one token); question: filler words;
+    layer: block L (steering and Δ at resid_pre.L; -1 = ⌊n_layers/2⌋); w_min, w_max, w_step: norm budgets
+    w = w_min, w_min + w_step, …, w_max (repo default 0.1…3.0 step 0.1); steps, lr, temperature, eps: the repo's
+    optimisation; modes: helix-fit modes ('fixed', 'faithful')."""
+
+    model: str = "zoo:toy-chat"
+    concept_ori: str = "animal"
+    concept_tgt: str = "color"
+    question: str = "the big day"
+    layer: int = -1
+    w_min: float = 0.1
+    w_max: float = 3.0
+    w_step: float = 0.1
+    steps: int = 20
+    lr: float = 0.1
+    temperature: float = 0.7
+    eps: float = 1e-6
+    modes: list[str] = field(default_factory=lambda: ["fixed", "faithful"])
+
+
+def toy_spiral_prompts(concept_ori: str, concept_tgt: str, question: str = "the big day") -> tuple[list, list]:
+    """Chat messages of the toy concept task (system `mention <concept>`, user `<question> sep`) for two concepts:
+    a prompt pair differing in one token."""
+    from interplab.data import toy_vocab as tv
+    from interplab.data.concepts import CONCEPTS
+
+    for c in (concept_ori, concept_tgt):
+        if c not in CONCEPTS:
+            raise ConfigError(f"unknown toy concept {c!r}; known: {list(CONCEPTS)}")
+    if concept_ori == concept_tgt:
+        raise ConfigError("concept_ori and concept_tgt must differ")
+    user = f"{question} {tv.SEP}".strip()
+    return tuple([{"role": "system", "content": f"{tv.MENTION} {c}"}, {"role": "user", "content": user}]
+                 for c in (concept_ori, concept_tgt))
+
+
+@register_experiment("crh-spiral", config=CRHSpiralConfig,
+                     help="CRH spiral probe (§2.4) on a chat organism: norm-constrained steering vectors optimised "
+                          "for one prompt pair, helix fits (fixed + faithful) vs the LRH line.")
+def crh_spiral(cfg: CRHSpiralConfig, run) -> None:
+    import pandas as pd
+
+    import interplab
+    from interplab.figures.crh import helix_figure, steering_vectors_figure
+    from interplab.probes.crh_spiral import spiral_probe
+
+    if not cfg.w_step > 0 or not cfg.w_max >= cfg.w_min >= 0:
+        raise ConfigError("need w_step > 0 and 0 ≤ w_min ≤ w_max")
+    ws = np.round(np.arange(cfg.w_min, cfg.w_max + cfg.w_step / 2, cfg.w_step), 10)
+    model = interplab.load_model(cfg.model)
+    L = model.n_layers // 2 if cfg.layer < 0 else int(cfg.layer)
+    ori, tgt = toy_spiral_prompts(cfg.concept_ori, cfg.concept_tgt, cfg.question)
+    t0 = time.perf_counter()
+    sp = spiral_probe(model, ori, tgt, L, modes=tuple(cfg.modes), ws=ws, steps=cfg.steps, lr=cfg.lr,
+                      temperature=cfg.temperature, eps=cfg.eps)
+    secs = time.perf_counter() - t0
+    sv = sp.vectors
+    tok = model.tokenizer
+    run.save_table("spiral_vectors", sv.to_frame())
+    run.save_table("loss_curves", pd.DataFrame([{"w": w, "step": s, "loss": float(sv.losses[i, s])}
+                                                for i, w in enumerate(sv.ws) for s in range(sv.losses.shape[1])]))
+    run.save_arrays("spiral", {"vectors": sv.vectors, "reference": sv.reference, "ws": sv.ws, "delta": sv.delta,
+                               "losses": sv.losses})
+    summary = {"model": cfg.model, "layer": L, "site": f"resid_pre.{L}", "seconds": secs,
+               **sv.summary(), "src": tok.convert_ids_to_tokens(sv.src_tokens),
+               "dst": tok.convert_ids_to_tokens(sv.dst_tokens),
+               "loss_text": tok.convert_ids_to_tokens(sv.loss_ids),
+               "loss_init_mean": float(sv.losses[:, 0].mean()), "loss_final_mean": float(sv.losses[:, -1].mean()),
+               "max_p_dst": float(sv.p_dst.max()), "w_at_max_p_dst": float(sv.ws[int(np.argmax(sv.p_dst))]),
+               "cos_to_delta": dict(zip([f"{w:g}" for w in sv.ws], sv.cos_to_reference().tolist())),
+               "helix": {k: v.summary() for k, v in sp.fits.items()},
+               "helix_explained": {k: v.explained.tolist() for k, v in sp.fits.items()},
+               "reference_helix": {k: v.summary() for k, v in sp.reference_fits.items()},
+               "planar_helix": {k: v.summary() for k, v in sp.planar_fits.items()}}
+    run.save_json("summary", summary)
+    run.save_figure("optimisation", steering_vectors_figure(sv))
+    for k, fit in sp.fits.items():
+        run.save_figure(f"helix_{k}", helix_figure(fit))
+    if "fixed" in sp.reference_fits:
+        run.save_figure("reference_helix_fixed", helix_figure(sp.reference_fits["fixed"],
+                                                              title="LRH reference line w·dist·Δ̂ (control), fixed fit"))

@@ -6,7 +6,8 @@
 * `sector_polar`: Barpolar maps (angle = β bin, radius = strength step, colour = label-2 / label-3 rate),
   population + per-sample dropdown.
 * `penalty_heatmaps` (Implication 1), `pairwise_scatter` (Implication 3), `baseline_curves`,
-  `cylinder_stats_figure` (score / plane EV per concept × layer), `helix_figure`, `synthetic_recovery_figure`.
+  `cylinder_stats_figure` (score / plane EV per concept × layer), `helix_figure`, `synthetic_recovery_figure`,
+  `steering_vectors_figure` (spiral-probe optimisation: loss, p_dst and cos to Δ̂ per norm budget w).
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from interplab.errors import InputError
 from interplab.figures.style import PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style
 
 __all__ = ["cylinder_scene", "sector_polar", "penalty_heatmaps", "pairwise_scatter", "baseline_curves",
-           "cylinder_stats_figure", "helix_figure", "synthetic_recovery_figure", "trig_law_figure"]
+           "cylinder_stats_figure", "helix_figure", "synthetic_recovery_figure", "trig_law_figure",
+           "steering_vectors_figure"]
 
 
 def _go():
@@ -321,4 +323,30 @@ def trig_law_figure(scan, *, title: str | None = None):
                                      f"permutation p (max over grid) = {scan.perm_p:.3g}; "
                                      f"{scan.n_negative_cos} samples with cos θ < 0 "
                                      f"({scan.config.get('negative_cos')})"), legend=False, height=420)
+    return fig
+
+
+def steering_vectors_figure(sv, *, title: str | None = None):
+    """Spiral-probe optimisation (`SteeringVectors`): loss before / after the Adam steps, final p_src / p_dst, and
+    cos(v_w, Δ̂) (1 = on the LRH line) against the norm budget w."""
+    go = _go()
+    from plotly.subplots import make_subplots
+
+    ws = np.asarray(sv.ws)
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("loss (init → final)", "final p (softmax(T·logits))",
+                                                        "cos(v_w, Δ̂)"))
+    fig.add_trace(go.Scatter(x=ws, y=sv.losses[:, 0], mode="lines+markers", name="loss at w·dist·Δ̂",
+                             marker=dict(color=QUALITATIVE[0])), row=1, col=1)
+    fig.add_trace(go.Scatter(x=ws, y=sv.losses[:, -1], mode="lines+markers", name="loss after optimisation",
+                             marker=dict(color=QUALITATIVE[1])), row=1, col=1)
+    fig.add_trace(go.Scatter(x=ws, y=sv.p_src, mode="lines+markers", name="p_src", marker=dict(color=QUALITATIVE[2])),
+                  row=1, col=2)
+    fig.add_trace(go.Scatter(x=ws, y=sv.p_dst, mode="lines+markers", name="p_dst", marker=dict(color=QUALITATIVE[3])),
+                  row=1, col=2)
+    fig.add_trace(go.Scatter(x=ws, y=sv.cos_to_reference(), mode="lines+markers", name="cos to Δ̂",
+                             marker=dict(color=QUALITATIVE[4 % len(QUALITATIVE)])), row=1, col=3)
+    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_xaxes(title_text="w (budget / dist)")
+    apply_style(fig, title=title or (f"Spiral-probe optimisation: dist = {sv.dist:.3g}, t* = {sv.t_star}, "
+                                     f"{sv.losses.shape[1] - 1} Adam steps"), height=420)
     return fig

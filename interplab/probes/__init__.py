@@ -21,6 +21,8 @@ _export("crh", "concept_diffs", "concept_acts", "fit_cylinder", "Cylinder", "pen
         "pairwise_test", "trig_law_scan", "fit_helix", "HelixFit", "GibberishFilter", "TokenSetJudge", "LLMJudge",
         "planted_cylinder", "generate_concept_pairs", "load_concept_menu")
 
+_export("crh_spiral", "optimise_steering_vectors", "spiral_probe", "SteeringVectors", "SpiralProbe")
+
 _export("decodeshare", "collect_decode_states", "collect_decode_states_multi", "collect_prefill_states",
         "shared_subspace", "SharedSubspace", "SharedSubspaceConfig", "null_permutation", "null_rotation", "NullResult",
         "loto_subspaces", "sensitivity_sweep", "planted_factor_states", "match_state_counts", "score_forced_choice",

@@ -128,13 +128,19 @@ def pcfg_probes(cfg: PCFGProbesConfig, run) -> None:
 
 
 @dataclass
-class PCFGAttentionConfig:
-    """models: comma-separated organisms; n_sequences: held-out samples; seed: sample seed; backend."""
+class PCFGOrganisms:
+    """Settings the experiments over several PCFG organisms share. models: comma-separated organisms (trained on a
+    uniform-binary grammar); n_sequences: held-out samples; seed: sample seed; backend."""
 
     models: str = "zoo:pcfg-L2,zoo:pcfg-L4,zoo:pcfg-L6"
     n_sequences: int = 128
     seed: int = 0
     backend: str = "bridge"
+
+
+@dataclass
+class PCFGAttentionConfig(PCFGOrganisms):
+    """Fields: `PCFGOrganisms`."""
 
 
 @register_experiment("pcfg-attention", config=PCFGAttentionConfig,
@@ -158,15 +164,11 @@ def pcfg_attention(cfg: PCFGAttentionConfig, run) -> None:
 
 
 @dataclass
-class PCFGConstructionConfig:
-    """models: comma-separated organisms trained on a uniform-binary grammar; n_sequences: held-out samples;
-    n_seeds: probe split seeds; seed: sample seed; backend."""
+class PCFGConstructionConfig(PCFGOrganisms):
+    """Fields of `PCFGOrganisms` (400 held-out samples by default) and n_seeds: probe split seeds."""
 
-    models: str = "zoo:pcfg-L2,zoo:pcfg-L4,zoo:pcfg-L6"
     n_sequences: int = 400
     n_seeds: int = 3
-    seed: int = 0
-    backend: str = "bridge"
 
 
 @register_experiment("pcfg-construction", config=PCFGConstructionConfig,

@@ -38,3 +38,30 @@ def test_crh_page_model(monkeypatch, tmp_path, checkpoint_factory):
     at.button(key="crh_try_go").click().run()
     assert not at.exception, at.exception
     assert len(at.dataframe[0].value) == 2
+
+
+@pytest.mark.slow
+def test_crh_page_spiral_probe(monkeypatch, tmp_path, checkpoint_factory):
+    ckpt = checkpoint_factory("llama", n_layers=2, vocab=96)
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(ckpt))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    at.radio(key="crh_source").set_value("Model concepts").run()
+    at.number_input(key="crh_ntrain").set_value(8).run()
+    assert not at.exception, at.exception
+    # the default toy pair (animal / color) is out of this random vocab: both tokenise to <unk> -> a readable error
+    at.button(key="crh_sp_go").click().run()
+    assert not at.exception, at.exception
+    assert any("tokenise identically" in e.value for e in at.error), [e.value for e in at.error]
+    assert "crh_sp_optim__chart" not in [c.key for c in at.get("plotly_chart")]
+    # a custom pair differing in one token
+    at.radio(key="crh_sp_source").set_value("Custom prompts").run()
+    at.text_input(key="crh_sp_prompt_ori").input("w1 w2 w3 w4").run()
+    at.text_input(key="crh_sp_prompt_tgt").input("w1 w5 w3 w4").run()
+    at.number_input(key="crh_sp_steps").set_value(3).run()
+    at.button(key="crh_sp_go").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert {"crh_sp_helix_fixed__chart", "crh_sp_helix_faithful__chart", "crh_sp_optim__chart"} <= set(keys), keys
+    fits = at.dataframe[-1].value                        # the helix-fit table closes the section
+    assert set(fits["fit to"]) == {"trajectory", "straight line (LRH control)", "flat (top-2 PCs control)"}

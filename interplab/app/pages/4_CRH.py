@@ -210,3 +210,69 @@ if st.button("Generate", key="crh_try_go"):
     st.dataframe(pd.DataFrame({"condition": ["unsteered", f"steered (β={beta}°, γ={gam}°, L={strength:g})"],
                                "output": run.texts, "label": [LABEL_NAMES[int(x)] for x in labels]}),
                  hide_index=True, key="crh_try_table")
+
+# ----------------------------------------------------------------------------------------------- spiral probe
+st.subheader("Spiral probe")
+st.caption("Two prompts differing in one token: norm-constrained steering vectors at resid_pre.L optimised for each "
+           "budget w·dist (the `crh-spiral` experiment), a helix fit to the trajectory, and two controls fitted the "
+           "same way: the straight LRH line w·dist·Δ̂ and the trajectory flattened onto its top-2 PCs.")
+from interplab.data.concepts import CONCEPTS  # noqa: E402
+from interplab.experiments.crh import CRHSpiralConfig, toy_spiral_prompts  # noqa: E402
+from interplab.figures.crh import helix_figure, steering_vectors_figure  # noqa: E402
+from interplab.probes.crh_spiral import spiral_probe  # noqa: E402
+
+_sp_defaults = CRHSpiralConfig()
+sp_src = st.radio("Prompt pair", ["Toy concept pair (crh-spiral)", "Custom prompts"], horizontal=True,
+                  key="crh_sp_source")
+if sp_src.startswith("Toy"):
+    concepts = list(CONCEPTS)
+    p1, p2, p3 = st.columns(3)
+    c_ori = p1.selectbox("Concept (ori)", concepts, index=concepts.index(_sp_defaults.concept_ori), key="crh_sp_ori")
+    c_tgt = p2.selectbox("Concept (tgt)", concepts, index=concepts.index(_sp_defaults.concept_tgt), key="crh_sp_tgt")
+    question = p3.text_input("Question", value=_sp_defaults.question, key="crh_sp_question")
+else:
+    p1, p2 = st.columns(2)
+    txt_ori = p1.text_input("Prompt (ori)", key="crh_sp_prompt_ori", help="one user turn (chat-templated when the "
+                            "model has a template)")
+    txt_tgt = p2.text_input("Prompt (tgt, differs in one token)", key="crh_sp_prompt_tgt")
+q1, q2, q3, q4, q5 = st.columns(5)
+sp_layer = q1.number_input("Layer L (resid_pre.L)", 0, model.n_layers - 1, model.n_layers // 2, key="crh_sp_layer")
+w_min = q2.number_input("w min", 0.0, 10.0, 0.5, step=0.1, key="crh_sp_wmin")
+w_max = q3.number_input("w max", 0.0, 10.0, 3.0, step=0.1, key="crh_sp_wmax")
+w_step = q4.number_input("w step", 0.05, 5.0, 0.5, step=0.05, key="crh_sp_wstep")
+sp_steps = q5.number_input("Adam steps", 0, 200, 10, key="crh_sp_steps")
+if st.button("Run spiral probe", key="crh_sp_go"):
+    ws = np.round(np.arange(float(w_min), float(w_max) + float(w_step) / 2, float(w_step)), 10)
+    sp_key = (key, sp_src, int(sp_layer), tuple(ws.tolist()), int(sp_steps))
+    try:
+        if sp_src.startswith("Toy"):
+            ori, tgt = toy_spiral_prompts(c_ori, c_tgt, question)
+        else:
+            ori, tgt = txt_ori, txt_tgt
+        with st.spinner("Optimising steering vectors and fitting helices..."):
+            sp = spiral_probe(model, ori, tgt, int(sp_layer), modes=tuple(_sp_defaults.modes), ws=ws,
+                              steps=int(sp_steps), lr=_sp_defaults.lr, temperature=_sp_defaults.temperature,
+                              eps=_sp_defaults.eps)
+        st.session_state["crh_sp_result"] = (sp_key, sp)
+    except InterplabError as exc:
+        st.session_state.pop("crh_sp_result", None)
+        st.error(f"Spiral probe failed: {exc}")
+
+sp_res = st.session_state.get("crh_sp_result")
+if sp_res is not None and sp_res[0][0] == key:
+    sp = sp_res[1]
+    sv = sp.vectors
+    tok = model.tokenizer
+    st.caption(f"t* = {sv.t_star}, dist = ‖Δ‖ = {sv.dist:.3g}; pushing away from "
+               f"{tok.convert_ids_to_tokens(sv.src_tokens)} towards {tok.convert_ids_to_tokens(sv.dst_tokens)}.")
+    rows = []
+    for mode, fit in sp.fits.items():
+        for label, fits in (("trajectory", sp.fits), ("straight line (LRH control)", sp.reference_fits),
+                            ("flat (top-2 PCs control)", sp.planar_fits)):
+            if mode in fits:
+                rows.append({"mode": mode, "fit to": label, **{k: v for k, v in fits[mode].summary().items()
+                                                                 if k != "mode"}})
+    st.dataframe(pd.DataFrame(rows).round(4), hide_index=True, key="crh_sp_fits")
+    for mode, fit in sp.fits.items():
+        show_figure(helix_figure(fit), key=f"crh_sp_helix_{mode}")
+    show_figure(steering_vectors_figure(sv), key="crh_sp_optim")

@@ -36,6 +36,19 @@ def test_pcfg_page_grammar_only(monkeypatch):
     assert not at.exception and "Grammar error" in _text(at)
 
 
+def test_pcfg_page_construction_mirror_needs_dyadic_grammar(monkeypatch):
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", "zoo:no-such-organism")
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    at.selectbox(key="pcfg_source").set_value("toy-english").run()
+    assert not at.exception, at.exception
+    errs = [e.value for e in at.error]
+    assert any("Construction mirror unavailable" in e and "recursive" in e for e in errs), errs
+    at.selectbox(key="pcfg_source").set_value("uniform-binary-L3").run()
+    assert not at.exception, at.exception
+    assert not at.error and "needs a model trained on this grammar" in _text(at)
+    assert not any(b.key == "pcfg_cm_btn" for b in at.button)
+
+
 @pytest.mark.slow
 def test_pcfg_page_with_organism(monkeypatch):
     from interplab.zoo.resolve import find
@@ -57,3 +70,9 @@ def test_pcfg_page_with_organism(monkeypatch):
     assert "pcfg_probe_curves__chart" in keys and "pcfg_lstar__chart" in keys
     at.slider(key="pcfg_pos").set_value(3).run()
     assert not at.exception, at.exception
+    at.button(key="pcfg_cm_btn").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert "pcfg_cm_probe__chart" in keys and "pcfg_cm_kl__chart" in keys
+    assert "final-layer KL" in _text(at)

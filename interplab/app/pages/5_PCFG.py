@@ -196,3 +196,52 @@ if q is not None:
             slopes = {t: lstar_slope(ls, t) for t in ls.target.unique()}
             show_figure(lstar_figure(ls, slopes=slopes), "pcfg_lstar")
             st.dataframe(dfp, hide_index=True, key="pcfg_probe_table")
+
+# ------------------------------------------------------------------------------------------------ construction mirror
+st.subheader("Construction mirror")
+st.caption("The `pcfg-construction` experiment (spec §5.4): per layer, held-out R² of a ridge probe reading the "
+           "size-2^k dyadic inside vector at aligned block ends (random-init control in brackets), and "
+           "KL(p_trunc,k ‖ logit lens at layer l) against the truncation level k. Needs a uniform-binary-like grammar.")
+from interplab.grammar import DyadicUndefinedError, dyadic_sizes  # noqa: E402
+
+try:
+    dyadic_sizes(g)
+    dyadic_err = None
+except DyadicUndefinedError as e:
+    dyadic_err = str(e)
+if dyadic_err is not None:
+    st.error(f"**Construction mirror unavailable for `{g.name}`.** {dyadic_err}")
+elif not model_ok:
+    st.info("The construction mirror needs a model trained on this grammar (e.g. `zoo:pcfg-L2`).")
+else:
+    from interplab.figures.pcfg import dyadic_probe_figure, truncated_kl_figure
+
+    cm1, cm2 = st.columns(2)
+    with cm1:
+        n_cm = st.number_input("Sequences", min_value=16, max_value=2000, value=64, step=16, key="pcfg_cm_n")
+    with cm2:
+        cm_seeds = st.number_input("Probe split seeds", min_value=1, max_value=5, value=1, step=1, key="pcfg_cm_seeds")
+
+    @st.cache_data(max_entries=8, show_spinner="Dyadic inside vectors, probes per layer and truncated predictors...")
+    def _construction(key: tuple, grammar_json: str, n_seq: int, n_seeds: int, _m=None, _g=None):
+        from interplab.probes.pcfg_parse import construction_mirror
+
+        return construction_mirror(_m, _g, n_seq, 0, n_seeds=n_seeds)
+
+    if st.button("Run construction mirror", key="pcfg_cm_btn") or st.session_state.get("pcfg_cm_done"):
+        st.session_state["pcfg_cm_done"] = True
+        try:
+            cm = _construction((state.normalize_name(name), backend, device, dtype), g.to_string()[:5000],
+                               int(n_cm), int(cm_seeds), _m=model, _g=g)
+        except InterplabError as e:
+            st.error(f"**Construction mirror failed.** {e}")
+        else:
+            last = cm["kl"][cm["kl"]["final_layer"]]
+            st.markdown(f"log₂ n = {cm['log2_n']}, {cm['n_sequences']} sequences; final-layer KL(p_trunc,k ‖ q) by k: "
+                        + ", ".join(f"k={int(r.k)}: {r.kl_trunc_model:.3f}" for r in last.itertuples()) + ".")
+            show_figure(dyadic_probe_figure(cm["probe"], title=f"{name}: dyadic inside R² by layer"),
+                        "pcfg_cm_probe")
+            show_figure(truncated_kl_figure(cm["kl"], title=f"{name}: KL(p_trunc,k ‖ layer l)"), "pcfg_cm_kl")
+            with st.expander("Tables"):
+                st.dataframe(cm["probe"], hide_index=True, key="pcfg_cm_probe_table")
+                st.dataframe(cm["kl"], hide_index=True, key="pcfg_cm_kl_table")

@@ -62,3 +62,71 @@ def test_page_renders_and_runs_ablation(monkeypatch, toy_ckpt):
     assert not at.error, [e.value for e in at.error]
     assert "ds_result" in at.session_state and len(at.dataframe) >= 1
     assert len(at.get("plotly_chart")) >= 4
+
+
+@pytest.mark.slow
+def test_page_runs_patchback(monkeypatch, toy_ckpt):
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(toy_ckpt))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    at.session_state["ds_ncalib"] = 6
+    at.session_state["ds_maxnew"] = 4
+    at.session_state["ds_thr"] = "tau x k"
+    at.session_state["ds_tasks"] = ["copy", "mc"]
+    at.run()
+    assert not at.exception, at.exception
+    assert "Patchback" in _text(at)
+    at.slider(key="ds_neval").set_value(4)
+    # a malformed window is a typed library error, shown as st.error
+    at.text_input(key="ds_pb_extra").input("x")
+    at.button(key="ds_pb_run").click()
+    at.run()
+    assert not at.exception, at.exception
+    assert any("Patchback failed" in e.value and "window" in e.value for e in at.error), [e.value for e in at.error]
+    assert "ds_pb_result" not in at.session_state
+    at.text_input(key="ds_pb_extra").input("1")
+    at.button(key="ds_pb_run").click()
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert "ds_pb_result" in at.session_state
+    pb = at.session_state["ds_pb_result"][1]
+    assert "n_flip" in pb.info and list(pb.table.columns)[:3] == ["source", "window", "task"]
+    # a random model answers nothing correctly, so the removal flips nothing: the page says so, no empty figure
+    if pb.info["n_flip"] == 0:
+        assert "nothing to rescue" in _text(at) and "ds_patchback__chart" not in [c.key for c in at.get("plotly_chart")]
+
+
+@pytest.mark.slow
+def test_page_patchback_figure(monkeypatch, toy_ckpt):
+    """With flips (a stubbed library result: the random model has none), the page shows the rescue-rate bars and
+    the table, and passes the chosen windows through."""
+    import pandas as pd
+
+    import interplab.probes.decodeshare_patchback as pbmod
+
+    seen = {}
+
+    def fake(model, prompts, answers, **kw):
+        seen.update(kw)
+        rows = [{"source": src, "window": w, "task": t, "n_flip": 4, "n_rescued": r, "rescue_rate": r / 4,
+                 "lo": 0.0, "hi": 1.0, "identical_rate": 0.5, "patch_k": 2, "n_edited": 8, "n_no_donor": 0}
+                for src, r in (("same", 4), ("transfer", 2), ("haar", 0)) for w in ("{0}", "all")
+                for t in ("copy", "all")]
+        return pbmod.PatchbackResult(pd.DataFrame(rows), pd.DataFrame(), {"n_flip": 4, "baseline_acc": 0.5})
+
+    monkeypatch.setattr(pbmod, "patchback_rescue", fake)
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(toy_ckpt))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    at.session_state["ds_ncalib"] = 6
+    at.session_state["ds_maxnew"] = 4
+    at.session_state["ds_thr"] = "tau x k"
+    at.session_state["ds_tasks"] = ["copy", "mc"]
+    at.run()
+    at.multiselect(key="ds_pb_windows").set_value(["0", "0,1"])
+    at.button(key="ds_pb_run").click()
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert seen["windows"] == ["0", "0,1"] and set(seen["controls"]) == {"non-shared", "haar"}
+    assert "ds_patchback__chart" in [c.key for c in at.get("plotly_chart")]
+    assert any("rescue_rate" in d.value.columns and len(d.value) == 12 for d in at.dataframe)

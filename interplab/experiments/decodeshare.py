@@ -700,11 +700,10 @@ def _patchback(model, cfg, L, bases, evals, say):
     generation flip set, per window: same-example (identity check), transfer donor (another baseline-correct
     example of the same task), and the same-example donor patched through the variance-matched non-shared and the
     Haar bases of the ablation table."""
-    from interplab.probes.decodeshare_patchback import patchback_rescue
+    from interplab.probes.decodeshare_patchback import patchback_controls, patchback_rescue
 
     windows = [w.strip() for w in str(cfg.patch_windows).split(";") if w.strip()]
-    controls = {name: bases[key]["basis"] for name, key in (("non-shared", "var-matched"), ("haar", "haar"))
-                if bases.get(key, {}).get("basis") is not None}
+    controls = patchback_controls(bases)
     stops = sorted({s.stop for s in evals.values()})
     return patchback_rescue(model, {t: s.prompts for t, s in evals.items()},
                             {t: s.answers for t, s in evals.items()}, layer=L,

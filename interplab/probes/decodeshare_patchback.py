@@ -32,7 +32,11 @@ import numpy as np
 
 from interplab.errors import ConfigError, InputError, ResultsError, ShapeError
 
-__all__ = ["DecodeRecord", "record_generation", "PatchbackResult", "patchback_rescue", "pick_transfer_donors"]
+__all__ = ["DecodeRecord", "record_generation", "PatchbackResult", "patchback_rescue", "pick_transfer_donors",
+           "patchback_controls"]
+
+# patch source name -> key of the ablation control basis it patches through (see experiments.decodeshare.build_bases)
+CONTROL_BASES = {"non-shared": "var-matched", "haar": "haar"}
 
 
 @dataclass
@@ -46,6 +50,13 @@ class DecodeRecord:
     correct: np.ndarray
     states: np.ndarray
     valid: np.ndarray
+
+
+def patchback_controls(bases: Mapping[str, Mapping]) -> dict:
+    """{patch source: basis} of the control patches: the same-example donor patched through the variance-matched
+    non-shared basis and through the Haar basis of the ablation table (`build_bases` output); missing ones skipped."""
+    return {name: bases[key]["basis"] for name, key in CONTROL_BASES.items()
+            if bases.get(key, {}).get("basis") is not None}
 
 
 def _score(new: Sequence[int], answer: Sequence[int], stops: set) -> bool:

@@ -197,7 +197,7 @@ pb_extra = p2.text_input("Extra window (decode steps, e.g. 1,2)", "", key="ds_pb
 pb_controls = p3.checkbox("Non-shared and Haar controls", True, key="ds_pb_controls")
 if st.button("Run patchback", key="ds_pb_run", disabled=ss.k_s == 0):
     from interplab.experiments.decodeshare import build_bases
-    from interplab.probes.decodeshare_patchback import patchback_rescue
+    from interplab.probes.decodeshare_patchback import patchback_controls, patchback_rescue
 
     windows = list(pb_windows) + ([pb_extra.strip()] if pb_extra.strip() else [])
     pb_bar = st.progress(0.0, text="starting")
@@ -213,8 +213,7 @@ if st.button("Run patchback", key="ds_pb_run", disabled=ss.k_s == 0):
         if pb_controls:
             bases = build_bases(ss, ss_pre, np.concatenate(list(dec.values())), alpha=1.0, seed=0,
                                 prefill_states=pre)
-            controls = {n: bases[k]["basis"] for n, k in (("non-shared", "var-matched"), ("haar", "haar"))
-                        if bases.get(k, {}).get("basis") is not None}
+            controls = patchback_controls(bases)
         pb = patchback_rescue(model, {t: s.prompts for t, s in evals_pb.items()},
                               {t: s.answers for t, s in evals_pb.items()}, layer=layer, ablation_basis=ss.basis,
                               alpha=1.0, controls=controls, windows=windows, max_new_tokens=max_new + 2,

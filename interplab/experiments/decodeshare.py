@@ -10,7 +10,9 @@ Registered experiments (`interplab run NAME --set key=value`):
   prefill-vs-decode estimator x locus grid with edited positions and removed energy; the alpha sweep; and the
   steering overlap of a diff-of-means task vector with its repaired version at matched norm; and (part
   `patchback`, not in the default parts) the rescue rates of patching decode states back into the flipped examples
-  by decode-step window: same-example (an identity check), transfer donor, non-shared and Haar controls.
+  by decode-step window: same-example (an identity check), transfer donor, non-shared and Haar controls; and
+  (part `ranking`, opt-in) the stage-aligned steering ranking (TRAD / DECODE proxies vs REAL on held-out example
+  seeds, pools from `ranking_pool`; `probes.decodeshare_ranking`).
 
 The helpers (`multitask_sets`, `evaluate_condition`, `summarize`, `build_bases`, ...) are public so the app page and
 scripts reuse them. Defaults are sized for a 2-core CPU and a 4-layer d=128 organism (a few minutes).
@@ -327,8 +329,14 @@ class DecodeShareConfig(DecodeShareSetup):
     null_perm_B / null_rot_B: null trials. alphas: alpha sweep values. steer_scales: steering scales (multiples of
     ||v||). steer_from / steer_to: the diff-of-means task pair (v = mean(to) - mean(from), added to `from`
     prompts). n_boot: bootstrap resamples. batch_size: generation batch. seed: everything else.
-    parts: which sections to run (comma-separated subset of table,loto,h3,alpha,steer,patchback; patchback is
-    opt-in). patch_windows: the patchback decode-step windows, separated by ';' (e.g. "0;0,1;all").
+    parts: which sections to run (comma-separated subset of table,loto,h3,alpha,steer,patchback,ranking;
+    patchback and ranking are opt-in). patch_windows: the patchback decode-step windows, separated by ';' (e.g.
+    "0;0,1;all").
+    rank_*: the stage-aligned steering ranking (part `ranking`, `probes.decodeshare_ranking`): rank_n_eval examples
+    per task in the ranking sets and in each of rank_real_sets held-out REAL sets (other eval seeds);
+    rank_n_caa / rank_n_instr / rank_n_random vectors per pool family; rank_caa_subset examples per bootstrapped CAA
+    subset; rank_alpha: the added norm is rank_alpha x the mean residual norm at the layer (last prompt token of the
+    calibration prompts); rank_stage: DECODE/REAL steer the first rank_stage generated tokens; rank_top_k: overlap k.
     """
     layer: int = -1
     n_eval: int = 48
@@ -347,6 +355,15 @@ class DecodeShareConfig(DecodeShareSetup):
     n_boot: int = 2000
     parts: str = "table,loto,h3,alpha,steer"
     patch_windows: str = "0;0,1;all"
+    rank_n_eval: int = 32
+    rank_real_sets: int = 2
+    rank_n_caa: int = 16
+    rank_n_instr: int = 16
+    rank_n_random: int = 16
+    rank_caa_subset: int = 32
+    rank_alpha: float = 1.0
+    rank_stage: int = 4
+    rank_top_k: int = 10
 
 
 @dataclass
@@ -493,9 +510,10 @@ def run_decodeshare(cfg: DecodeShareConfig, run=None, *, model=None, progress=No
 
     say = progress or (lambda msg: None)
     parts = set(_list(cfg.parts))
-    bad = parts - {"table", "loto", "h3", "alpha", "steer", "patchback"}
+    bad = parts - {"table", "loto", "h3", "alpha", "steer", "patchback", "ranking"}
     if bad:
-        raise ConfigError(f"unknown parts {sorted(bad)}; use a subset of table,loto,h3,alpha,steer,patchback")
+        raise ConfigError(f"unknown parts {sorted(bad)}; use a subset of "
+                          "table,loto,h3,alpha,steer,patchback,ranking")
     if cfg.variant not in ("plain", "boundary"):
         raise ConfigError(f"variant must be 'plain' or 'boundary'; got {cfg.variant!r}")
     if cfg.energy_states not in ("edited", "boundary"):
@@ -623,6 +641,10 @@ def run_decodeshare(cfg: DecodeShareConfig, run=None, *, model=None, progress=No
         out["patchback"] = _patchback(model, cfg, L, bases, evals, say)
         info["patchback"] = out["patchback"].info
 
+    if "ranking" in parts:
+        out["ranking"] = _ranking(model, cfg, L, calib, fmt, say)
+        info["ranking"] = out["ranking"].info
+
     if run is not None:
         _save(run, out)
     return out
@@ -713,6 +735,95 @@ def _patchback(model, cfg, L, bases, evals, say):
                             progress=say)
 
 
+def ranking_pool(model, layer: int, calib: Mapping[str, TaskSet], *, n_caa: int = 8, n_instr: int = 8,
+                 n_random: int = 8, caa_subset: int = 32, fmt: str = "raw", seed: int = 0,
+                 batch_size: int = 64) -> dict[str, np.ndarray]:
+    """Toy steering-vector pools for the stage-aligned ranking, {family: unit-norm [n, d]}:
+
+    * caa: mean last-token state of prompt + gold answer minus prompt + a wrong answer (a random non-equivalent
+      forced-choice candidate; answers without the stop token), pooled over the tasks of `calib`, each vector from
+      a bootstrapped subset of `caa_subset` pairs;
+    * instruction: per concept of `interplab.data.concepts`, the mean last-prompt-token state of
+      "mention <concept> q.. sep" minus "q.. sep" (same question words), bootstrapped over 16 questions, cycling
+      through the concepts;
+    * random: Gaussian directions."""
+    from interplab.data import toy_vocab as tv
+    from interplab.data.concepts import CONCEPT_NAMES, Concepts
+    from interplab.data.examples import Example, encode
+    from interplab.probes.decodeshare_model import _site
+    from interplab.probes.decodeshare_ranking import unit_rows
+
+    site = _site(model, layer)
+    rng = np.random.default_rng(seed)
+    d = model.d_model
+
+    def last_states(seqs):
+        out = []
+        for i in range(0, len(seqs), batch_size):
+            r = model.run(seqs[i:i + batch_size], capture=[site], logits=False)
+            out.append(r.cache.last(site).detach().double().cpu().numpy())
+        return np.concatenate(out, 0) if out else np.zeros((0, d))
+
+    pool: dict[str, np.ndarray] = {}
+    if n_caa > 0:
+        gold, wrong = [], []
+        for s in calib.values():
+            for j in range(len(s)):
+                bad = [c for c, eq in zip(s.fc_cands[j], s.fc_equiv[j]) if not eq]
+                if not bad:
+                    continue
+                w = bad[int(rng.integers(len(bad)))]
+                gold.append(s.prompts[j] + list(s.fc_cands[j][s.fc_gold[j]][:-1]))
+                wrong.append(s.prompts[j] + list(w[:-1]))
+        if not gold:
+            raise InputError("no calibration example has a wrong forced-choice candidate for CAA vectors")
+        diff = last_states(gold) - last_states(wrong)
+        m = min(int(caa_subset), len(diff))
+        pool["caa"] = unit_rows(np.stack([diff[rng.choice(len(diff), m, replace=True)].mean(0)
+                                          for _ in range(n_caa)]))
+    if n_instr > 0:
+        vocab = model.tokenizer.get_vocab()
+        gen = Concepts()
+        vecs = []
+        for i in range(n_instr):
+            name = CONCEPT_NAMES[i % len(CONCEPT_NAMES)]
+            w_, n_ = [], []
+            for _ in range(16):
+                ex = gen.instructed(rng, name)
+                q = ex.meta["question"]
+                plain = Example("concept_no", (), (*q, tv.SEP), tuple(q), {})
+                w_.append(list(encode(ex, vocab, fmt).ids[:encode(ex, vocab, fmt).prompt_len]))
+                e2 = encode(plain, vocab, fmt)
+                n_.append(list(e2.ids[:e2.prompt_len]))
+            vecs.append((last_states(w_) - last_states(n_)).mean(0))
+        pool["instruction"] = unit_rows(np.stack(vecs))
+    if n_random > 0:
+        pool["random"] = unit_rows(rng.standard_normal((n_random, d)))
+    return pool
+
+
+def _ranking(model, cfg, L, calib, fmt, say):
+    """Stage-aligned steering ranking on toy pools (module `probes.decodeshare_ranking`)."""
+    from interplab.probes.decodeshare import collect_prefill_states
+    from interplab.probes.decodeshare_ranking import steering_ranking
+
+    tasks = list(calib)
+    say("ranking: vector pools")
+    pool = ranking_pool(model, L, calib, n_caa=cfg.rank_n_caa, n_instr=cfg.rank_n_instr, n_random=cfg.rank_n_random,
+                        caa_subset=cfg.rank_caa_subset, fmt=fmt, seed=cfg.seed + 51, batch_size=cfg.batch_size)
+    pre = collect_prefill_states(model, {t: s.prompts for t, s in calib.items()}, layer=L, batch_size=cfg.batch_size)
+    mean_norm = float(np.mean(np.linalg.norm(np.concatenate(list(pre.values())), axis=1)))
+    scale = cfg.rank_alpha * mean_norm
+    rank_sets = multitask_sets(model, tasks, cfg.rank_n_eval, seed=cfg.seed + 61, split="test", fmt=fmt)
+    real_sets = [multitask_sets(model, tasks, cfg.rank_n_eval, seed=cfg.seed + 71 + r, split="test", fmt=fmt)
+                 for r in range(cfg.rank_real_sets)]
+    res = steering_ranking(model, L, pool, rank_sets, real_sets, scale=scale, stage=cfg.rank_stage,
+                           max_new_tokens=cfg.eval_max_new_tokens, top_k=cfg.rank_top_k, progress=say)
+    res.info |= {"alpha": cfg.rank_alpha, "mean_resid_norm": mean_norm,
+                 "rank_seed": cfg.seed + 61, "real_seeds": [cfg.seed + 71 + r for r in range(cfg.rank_real_sets)]}
+    return res
+
+
 def _save(run, out: Mapping[str, Any]) -> None:
     from interplab.figures.decodeshare import (
         ablation_figure, alpha_sweep_figure, h3_grid_figure, null_histogram, patchback_figure, steering_figure,
@@ -750,6 +861,14 @@ def _save(run, out: Mapping[str, Any]) -> None:
         run.save_table("patchback_examples", pb.examples)
         if len(pb.table):
             run.save_figure("patchback", patchback_figure(pb.table))
+    if "ranking" in out:
+        from interplab.figures.decodeshare import ranking_scatter_figure
+
+        rk = out["ranking"]
+        rk.save(run.path / "ranking")
+        run.save_table("ranking_scores", rk.scores)
+        run.save_table("ranking_metrics", rk.metrics)
+        run.save_figure("ranking_scatter", ranking_scatter_figure(rk.scores, rk.metrics))
 
 
 @register_experiment("decodeshare", config=DecodeShareConfig,

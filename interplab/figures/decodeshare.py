@@ -24,7 +24,7 @@ from interplab.figures.style import QUALITATIVE, SEQUENTIAL, apply_style
 __all__ = [
     "variance_share_heatmap", "scree_figure", "sensitivity_figure", "null_histogram", "principal_angle_figure",
     "ablation_figure", "alpha_sweep_figure", "h3_grid_figure", "steering_figure", "layer_summary_figure",
-    "patchback_figure",
+    "patchback_figure", "ranking_scatter_figure",
 ]
 
 
@@ -262,3 +262,40 @@ def patchback_figure(table, *, task: str = "all", title: str | None = None):
     fig.update_yaxes(range=[0, 1.05])
     return apply_style(fig, title=title or f"Patchback rescue rate (|F| = {n} flipped examples, task {task})",
                        xaxis="decode-step window W", yaxis="rescue rate (95% bootstrap CI)")
+
+
+def ranking_scatter_figure(scores, metrics=None, *, title: str | None = None):
+    """Figure 11: proxy (TRAD, DECODE) vs REAL scatter, one panel per proxy, coloured by vector family; each
+    proxy's top pick is ringed and the title gives Spearman rho and regret@1 (over the whole pool).
+
+    scores: `RankingResult.scores` (family, name, trad, decode, real); metrics: `RankingResult.metrics` (computed
+    from scores when None)."""
+    from plotly.subplots import make_subplots
+
+    from interplab.probes.decodeshare_ranking import PROXIES, ranking_metrics
+
+    go = _go()
+    m = ranking_metrics(scores) if metrics is None else metrics
+    m = m[m["group"] == "all"].set_index("proxy")
+    sub = [f"{p.upper()}: ρ = {m.loc[p, 'rho']:.3f}, regret@1 = {m.loc[p, 'regret1']:.3f}, "
+           f"top-{int(m.loc[p, 'top_k'])} overlap = {m.loc[p, 'overlap']:.2f}" for p in PROXIES]
+    fig = make_subplots(rows=1, cols=len(PROXIES), subplot_titles=sub, shared_yaxes=True)
+    fams = list(dict.fromkeys(scores["family"]))
+    for c, p in enumerate(PROXIES, start=1):
+        for i, f in enumerate(fams):
+            d = scores[scores["family"] == f]
+            fig.add_trace(go.Scatter(x=d[p], y=d["real"], mode="markers", name=str(f), legendgroup=str(f),
+                                     showlegend=c == 1, text=d["name"],
+                                     marker=dict(color=QUALITATIVE[i % len(QUALITATIVE)], size=8, opacity=0.8)),
+                          row=1, col=c)
+        top = scores.iloc[int(np.argmax(scores[p].to_numpy(float)))]
+        fig.add_trace(go.Scatter(x=[top[p]], y=[top["real"]], mode="markers+text", name="top pick",
+                                 legendgroup="top", showlegend=c == 1, text=[f"top pick {top['name']}"],
+                                 textposition="top center",
+                                 marker=dict(symbol="circle-open", size=18, color="black", line=dict(width=2))),
+                      row=1, col=c)
+        fig.add_hline(y=float(scores["real"].max()), line_dash="dot", line_color="grey", row=1, col=c)
+        fig.update_xaxes(title_text=f"{p.upper()} proxy (Δ accuracy)", row=1, col=c)
+    fig.update_yaxes(title_text="REAL (Δ accuracy, held-out sets)", row=1, col=1)
+    return apply_style(fig, title=title or "Stage-aligned steering ranking: proxy vs REAL "
+                       f"(regret@1 TRAD {m.loc['trad', 'regret1']:.3f}, DECODE {m.loc['decode', 'regret1']:.3f})")

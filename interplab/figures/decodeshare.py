@@ -291,7 +291,7 @@ def ranking_scatter_figure(scores, metrics=None, *, title: str | None = None):
         top = scores.iloc[int(np.argmax(scores[p].to_numpy(float)))]
         fig.add_trace(go.Scatter(x=[top[p]], y=[top["real"]], mode="markers+text", name="top pick",
                                  legendgroup="top", showlegend=c == 1, text=[f"top pick {top['name']}"],
-                                 textposition="top center",
+                                 textposition="top left",
                                  marker=dict(symbol="circle-open", size=18, color="black", line=dict(width=2))),
                       row=1, col=c)
         fig.add_hline(y=float(scores["real"].max()), line_dash="dot", line_color="grey", row=1, col=c)

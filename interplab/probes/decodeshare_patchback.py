@@ -23,14 +23,13 @@ steps are counted per row, so W = {0} patches every row's first decode step.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError, ResultsError, ShapeError
+from interplab.errors import ConfigError, InputError, ShapeError
+from interplab.probes.table_result import TableResult
 
 __all__ = ["DecodeRecord", "record_generation", "PatchbackResult", "patchback_rescue", "pick_transfer_donors",
            "patchback_controls"]
@@ -121,7 +120,7 @@ def pick_transfer_donors(tasks: Sequence[str], ok: np.ndarray, targets: Sequence
 
 
 @dataclass
-class PatchbackResult:
+class PatchbackResult(TableResult):
     """Rescue rates.
 
     table: one row per (source, window, task incl. 'all'): n_flip, n_rescued, rescue_rate with a 95% bootstrap CI
@@ -129,6 +128,9 @@ class PatchbackResult:
     (flipped rows without a donor; left unpatched, so counted as not rescued).
     examples: per flipped example and condition: rescued, identical, donor. info: settings and the baseline /
     ablation accuracies."""
+    TABLES = {"table": "patchback.csv", "examples": "patchback_examples.csv"}
+    INFO_FILE = "patchback_info.json"
+
     table: Any
     examples: Any
     info: dict = field(default_factory=dict)
@@ -144,26 +146,6 @@ class PatchbackResult:
         if r.empty:
             raise InputError(f"no rescue rate for source={source!r}, window={window!r}, task={task!r}")
         return float(r["rescue_rate"].iloc[0])
-
-    def save(self, path) -> Path:
-        from interplab.results.io import write_json
-
-        p = Path(path)
-        p.mkdir(parents=True, exist_ok=True)
-        self.table.to_csv(p / "patchback.csv", index=False)
-        self.examples.to_csv(p / "patchback_examples.csv", index=False)
-        write_json(p / "patchback_info.json", self.info)
-        return p
-
-    @classmethod
-    def load(cls, path) -> "PatchbackResult":
-        import pandas as pd
-
-        p = Path(path)
-        if not (p / "patchback.csv").exists():
-            raise ResultsError(f"{p} holds no patchback result (patchback.csv missing)")
-        return cls(pd.read_csv(p / "patchback.csv"), pd.read_csv(p / "patchback_examples.csv"),
-                   json.loads((p / "patchback_info.json").read_text()))
 
 
 def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_task: Mapping[str, Sequence], *,

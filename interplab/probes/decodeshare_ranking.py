@@ -18,14 +18,13 @@ regret@1 = max REAL - REAL(proxy's top pick), top-k overlap |top_k(proxy) & top_
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError, ResultsError, ShapeError
+from interplab.errors import ConfigError, InputError, ShapeError
+from interplab.probes.table_result import TableResult
 
 __all__ = ["RankingResult", "steering_ranking", "ranking_metrics", "trad_edit", "decode_edit", "unit_rows"]
 
@@ -98,10 +97,13 @@ def ranking_metrics(scores, *, top_k: int = 10, group: str | None = "family"):
 
 
 @dataclass
-class RankingResult:
+class RankingResult(TableResult):
     """scores: one row per vector (family, index, name, norm, trad, decode, real, real_<i> per held-out set, and
     per-task deltas trad:<task>, decode:<task>); metrics: `ranking_metrics(scores)`; info: settings and baseline
     accuracies."""
+    TABLES = {"scores": "ranking_scores.csv", "metrics": "ranking_metrics.csv"}
+    INFO_FILE = "ranking_info.json"
+
     scores: Any
     metrics: Any
     info: dict = field(default_factory=dict)
@@ -115,26 +117,6 @@ class RankingResult:
         if r.empty:
             raise InputError(f"no metrics for proxy={proxy!r}, group={group!r}")
         return float(r[name].iloc[0])
-
-    def save(self, path) -> Path:
-        from interplab.results.io import write_json
-
-        p = Path(path)
-        p.mkdir(parents=True, exist_ok=True)
-        self.scores.to_csv(p / "ranking_scores.csv", index=False)
-        self.metrics.to_csv(p / "ranking_metrics.csv", index=False)
-        write_json(p / "ranking_info.json", self.info)
-        return p
-
-    @classmethod
-    def load(cls, path) -> "RankingResult":
-        import pandas as pd
-
-        p = Path(path)
-        if not (p / "ranking_scores.csv").exists():
-            raise ResultsError(f"{p} holds no ranking result (ranking_scores.csv missing)")
-        return cls(pd.read_csv(p / "ranking_scores.csv"), pd.read_csv(p / "ranking_metrics.csv"),
-                   json.loads((p / "ranking_info.json").read_text()))
 
 
 def _accs(model, sets: Mapping[str, Any], edits, max_new_tokens: int) -> dict[str, float]:

@@ -176,7 +176,7 @@ class PCFGConstructionConfig(PCFGOrganisms):
 def pcfg_construction(cfg: PCFGConstructionConfig, run) -> None:
     import interplab
     from interplab.figures.pcfg import dyadic_probe_figure, truncated_kl_figure
-    from interplab.probes.pcfg_parse import construction_mirror
+    from interplab.probes.pcfg_construction import construction_mirror
     from interplab.zoo.recipes.pcfg import grammar_of
 
     probes, kls, summary = [], [], {}

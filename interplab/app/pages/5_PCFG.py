@@ -224,7 +224,7 @@ else:
 
     @st.cache_data(max_entries=8, show_spinner="Dyadic inside vectors, probes per layer and truncated predictors...")
     def _construction(key: tuple, grammar_json: str, n_seq: int, n_seeds: int, _m=None, _g=None):
-        from interplab.probes.pcfg_parse import construction_mirror
+        from interplab.probes.pcfg_construction import construction_mirror
 
         return construction_mirror(_m, _g, n_seq, 0, n_seeds=n_seeds)
 

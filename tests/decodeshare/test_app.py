@@ -41,15 +41,20 @@ def test_page_explains_non_multitask_model(monkeypatch, checkpoint_factory):
     assert "multitask-decode organism" in _text(at)
 
 
-@pytest.mark.slow
-def test_page_renders_and_runs_ablation(monkeypatch, toy_ckpt):
-    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(toy_ckpt))
+def _small_page():
+    """The page on a tiny calibration (6 prompts of copy and mc, 4 new tokens, tau x k threshold), rendered once."""
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
     at.session_state["ds_ncalib"] = 6
     at.session_state["ds_maxnew"] = 4
     at.session_state["ds_thr"] = "tau x k"
     at.session_state["ds_tasks"] = ["copy", "mc"]
-    at.run()
+    return at.run()
+
+
+@pytest.mark.slow
+def test_page_renders_and_runs_ablation(monkeypatch, toy_ckpt):
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(toy_ckpt))
+    at = _small_page()
     assert not at.exception, at.exception
     text = _text(at)
     assert "Shared decode subspace" in text and "Generation with and without the projection" in text
@@ -67,12 +72,7 @@ def test_page_renders_and_runs_ablation(monkeypatch, toy_ckpt):
 @pytest.mark.slow
 def test_page_runs_patchback(monkeypatch, toy_ckpt):
     monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(toy_ckpt))
-    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
-    at.session_state["ds_ncalib"] = 6
-    at.session_state["ds_maxnew"] = 4
-    at.session_state["ds_thr"] = "tau x k"
-    at.session_state["ds_tasks"] = ["copy", "mc"]
-    at.run()
+    at = _small_page()
     assert not at.exception, at.exception
     assert "Patchback" in _text(at)
     at.slider(key="ds_neval").set_value(4)
@@ -116,12 +116,7 @@ def test_page_patchback_figure(monkeypatch, toy_ckpt):
 
     monkeypatch.setattr(pbmod, "patchback_rescue", fake)
     monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(toy_ckpt))
-    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
-    at.session_state["ds_ncalib"] = 6
-    at.session_state["ds_maxnew"] = 4
-    at.session_state["ds_thr"] = "tau x k"
-    at.session_state["ds_tasks"] = ["copy", "mc"]
-    at.run()
+    at = _small_page()
     at.multiselect(key="ds_pb_windows").set_value(["0", "0,1"])
     at.button(key="ds_pb_run").click()
     at.run()

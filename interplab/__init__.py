@@ -9,7 +9,7 @@ import os as _os
 # Quiet, offline-friendly defaults; an explicit user setting always wins.
 _os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from interplab.errors import (  # noqa: E402
+from interplab.core.errors import (  # noqa: E402
     CheckpointError,
     ConfigError,
     DataError,

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from interplab.errors import InterplabError, MissingDependencyError
+from interplab.core.errors import InterplabError, MissingDependencyError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 APP_HOME = PACKAGE_DIR / "app" / "Home.py"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from interplab.errors import InputError, InterplabError
+from interplab.core.errors import InputError, InterplabError
 
 DEFAULT_MODEL = "zoo:toy-chat"
 DEFAULT_MODEL_ENV = "INTERPLAB_DEFAULT_MODEL"

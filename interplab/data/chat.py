@@ -19,7 +19,7 @@ CHAT_TEMPLATE = (
 
 def render_chat(messages: list[dict], add_generation_prompt: bool = False) -> str:
     """Render messages exactly as CHAT_TEMPLATE does (used where no tokenizer is at hand)."""
-    from interplab.errors import InputError
+    from interplab.core.errors import InputError
 
     parts = []
     for msg in messages:

@@ -33,7 +33,7 @@ CONCEPT_NAMES = tv.CONCEPT_NAMES
 
 def concept_token_set(concept: str | int) -> tuple[str, ...]:
     """The token words of a concept given by name or id."""
-    from interplab.errors import InputError
+    from interplab.core.errors import InputError
 
     if isinstance(concept, (int, np.integer)):
         if not 0 <= int(concept) < len(CONCEPT_NAMES):
@@ -108,7 +108,7 @@ class Concepts:
 
     def sample(self, n: int, seed: int = 0, kind: str = "with", split: str = "test") -> list[Example]:
         """n examples of kind "with" (instructed) or "no" (plain); split "test" = held-out bucket."""
-        from interplab.errors import InputError
+        from interplab.core.errors import InputError
 
         if kind not in ("with", "no"):
             raise InputError(f"concept example kind {kind!r} must be 'with' or 'no'")

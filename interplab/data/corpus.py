@@ -29,7 +29,7 @@ def _gensim_lee_docs() -> list[str]:
 
     spec = importlib.util.find_spec("gensim")
     if spec is None or not spec.submodule_search_locations:
-        from interplab.errors import MissingDependencyError
+        from interplab.core.errors import MissingDependencyError
 
         raise MissingDependencyError("the 'gensim_lee' corpus needs `pip install gensim` (it ships the Lee corpus)")
     f = Path(list(spec.submodule_search_locations)[0]) / "test" / "test_data" / "lee_background.cor"
@@ -69,7 +69,7 @@ class Corpus:
 def load_corpus(sources: tuple[str, ...] | list[str] = ("pydoc",), heldout_frac: float = 0.1, seed: int = 0,
                 min_chars: int = 80) -> Corpus:
     """Load the offline English corpus: paragraphs of `sources`, a seeded `heldout_frac` of them held out."""
-    from interplab.errors import InputError
+    from interplab.core.errors import InputError
 
     paras: list[str] = []
     for s in sources:

@@ -154,7 +154,7 @@ class CtxMem:
             words += [tv.QUERY, e_q, tv.CAND, cand, tv.VER]
             p_cand, p_query = len(words) - 2, len(words) - 4
         else:
-            from interplab.errors import ConfigError
+            from interplab.core.errors import ConfigError
 
             raise ConfigError(f"CtxMemConfig.layout must be 'answer', 'candidate_first' or 'candidate_last', "
                               f"got {c.layout!r}")
@@ -171,7 +171,7 @@ class CtxMem:
 
     def sample(self, n: int, seed: int = 0, mode: str = "gen", split: str = "test") -> list[Example]:
         """n examples of `mode` ("gen" | "ver"); split "test" = held-out bucket (never trained on)."""
-        from interplab.errors import InputError
+        from interplab.core.errors import InputError
 
         if mode not in ("gen", "ver"):
             raise InputError(f"CtxMem mode {mode!r} must be 'gen' or 'ver'")

@@ -100,7 +100,7 @@ def encode(example: Example, vocab: Mapping[str, int], fmt: str = "raw", bos: bo
     Equal to `tokenizer(example.text("raw")).input_ids` for raw and to `tokenizer.apply_chat_template(
     example.messages())["input_ids"]` for chat (both checked in tests/data). `bos` applies to the raw format only.
     """
-    from interplab.errors import InputError
+    from interplab.core.errors import InputError
 
     if fmt not in FORMATS:
         raise InputError(f"format {fmt!r} must be one of {FORMATS}")
@@ -146,7 +146,7 @@ ExampleFn = Callable[[np.random.Generator], Example]
 def sample_examples(fn: ExampleFn, n: int, seed: int, split: str = "test") -> list[Example]:
     """n examples from `fn`, restricted to the held-out split ("test": bucket 0), the training split ("train") or
     anything ("all"). Deterministic in `seed`."""
-    from interplab.errors import InputError
+    from interplab.core.errors import InputError
 
     if split not in ("test", "train", "all"):
         raise InputError(f"split {split!r} must be 'test', 'train' or 'all'")
@@ -208,7 +208,7 @@ class TaskMixture:
 
     def __init__(self, tasks: Mapping[str, tuple[ExampleFn, float]], vocab: Mapping[str, int], fmt="raw",
                  batch_size: int = 128, seed: int = 0, pad_id: int | None = None):
-        from interplab.errors import ConfigError
+        from interplab.core.errors import ConfigError
 
         if not tasks:
             raise ConfigError("TaskMixture needs at least one task")

@@ -41,13 +41,13 @@ class Multitask:
 
     def __init__(self, config: MultitaskConfig | None = None):
         self.config = config or MultitaskConfig()
-        from interplab.errors import ConfigError
+        from interplab.core.errors import ConfigError
 
         if not 1 <= self.config.n_symbols <= tv.N_SYMBOLS:
             raise ConfigError(f"n_symbols must be in 1..{tv.N_SYMBOLS}")
 
     def fn(self, task: str):
-        from interplab.errors import InputError
+        from interplab.core.errors import InputError
 
         if task not in TASKS:
             raise InputError(f"unknown multitask task {task!r}; known: {TASKS}")

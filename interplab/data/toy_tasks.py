@@ -35,7 +35,7 @@ def toy_mixture(weights: Mapping[str, float], fmt="raw", batch_size: int = 128, 
     """A `TaskMixture` over the toy tasks with the given weights (tasks with weight 0 are dropped)."""
     from interplab.data.examples import TaskMixture
     from interplab.data.toy_vocab import toy_vocab
-    from interplab.errors import ConfigError
+    from interplab.core.errors import ConfigError
 
     fns = toy_task_fns(ctxmem)
     unknown = set(weights) - set(fns)

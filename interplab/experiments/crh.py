@@ -24,8 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError
+from interplab.core.errors import ConfigError, InputError
 from interplab.experiments.registry import register_experiment
+from interplab.figures.export import save_figure
 
 __all__ = ["CRHSyntheticConfig", "CRHToyConfig", "CRHSpiralConfig", "toy_spiral_prompts", "ConceptData", "toy_concept_data", "run_concept_study",
            "synthetic_study"]
@@ -138,14 +139,14 @@ def crh_synthetic(cfg: CRHSyntheticConfig, run) -> None:
     summary["pass"] = {k: bool(summary["max"][k] < t) for k, t in thr.items()}
     run.save_json("summary", summary)
     ex = out["examples"]
-    run.save_figure("recovery", synthetic_recovery_figure(rec))
-    run.save_figure("cylinder_scene", cylinder_scene(ex["cylinder"], sector_auc=ex["sector_map"].population_auc,
+    save_figure(run, "recovery", synthetic_recovery_figure(rec))
+    save_figure(run, "cylinder_scene", cylinder_scene(ex["cylinder"], sector_auc=ex["sector_map"].population_auc,
                                                      sample_diff=ex["organism"].test[0]))
-    run.save_figure("sector_map", sector_polar(ex["sector_map"]))
-    run.save_figure("penalty_tied", penalty_heatmaps(out["penalty"]["tied_facilitating"], exclude_step1=False))
-    run.save_figure("impl3_tied", pairwise_scatter(out["impl3"]["tied"]))
-    run.save_figure("impl3_independent", pairwise_scatter(out["impl3"]["independent"]))
-    run.save_figure("helix", helix_figure(out["helix"]["helix_n1.0"]))
+    save_figure(run, "sector_map", sector_polar(ex["sector_map"]))
+    save_figure(run, "penalty_tied", penalty_heatmaps(out["penalty"]["tied_facilitating"], exclude_step1=False))
+    save_figure(run, "impl3_tied", pairwise_scatter(out["impl3"]["tied"]))
+    save_figure(run, "impl3_independent", pairwise_scatter(out["impl3"]["independent"]))
+    save_figure(run, "helix", helix_figure(out["helix"]["helix_n1.0"]))
 
 
 # ------------------------------------------------------------------------------------------------ model organisms
@@ -402,8 +403,8 @@ def crh_toy(cfg: CRHToyConfig, run) -> None:
             for i, n in enumerate(names)]
     res = run_concept_study(model, data, cfg)
     run.save_table("cylinder_stats", res["stats"])
-    run.save_figure("cylinder_score", cylinder_stats_figure(res["stats"], value="cylinder_score"))
-    run.save_figure("plane_explained", cylinder_stats_figure(res["stats"], value="plane_explained"))
+    save_figure(run, "cylinder_score", cylinder_stats_figure(res["stats"], value="cylinder_score"))
+    save_figure(run, "plane_explained", cylinder_stats_figure(res["stats"], value="plane_explained"))
     L = res["steer_layer"]
     c0 = names[0]
     summary = {"model": cfg.model, "steer_layer": L, "format": model_format(model) if cfg.fmt == "auto" else cfg.fmt,
@@ -414,17 +415,17 @@ def crh_toy(cfg: CRHToyConfig, run) -> None:
         run.save_table("penalty_labels", pp.to_frame())
         run.save_table("sector_bins", pd.concat([res["sector"][n].bins_frame().assign(concept=n) for n in names]))
         run.save_table("baselines", pd.concat([res["baselines"][n].to_frame().assign(concept=n) for n in names]))
-        run.save_figure("penalty_heatmaps", penalty_heatmaps(pp))
-        run.save_figure("sector_map", sector_polar(res["sector"][c0], title=f"Sector map — {c0}, layer {L}"))
+        save_figure(run, "penalty_heatmaps", penalty_heatmaps(pp))
+        save_figure(run, "sector_map", sector_polar(res["sector"][c0], title=f"Sector map — {c0}, layer {L}"))
         cyl = res["cylinders"][(c0, L)]
-        run.save_figure("cylinder_scene", cylinder_scene(cyl, sector_auc=res["sector"][c0].population_auc,
+        save_figure(run, "cylinder_scene", cylinder_scene(cyl, sector_auc=res["sector"][c0].population_auc,
                                                          sample_diff=None))
         bl = res["baselines"]
         from interplab.probes.crh import BaselineCurves
 
         pooled_b = BaselineCurves(methods=bl[c0].methods, labels=np.concatenate([bl[n].labels for n in names], 1),
                                   strengths=np.arange(1.0, cfg.n_strengths + 1), directions=bl[c0].directions)
-        run.save_figure("baselines", baseline_curves(pooled_b))
+        save_figure(run, "baselines", baseline_curves(pooled_b))
         r2, r3 = pp.rates(2), pp.rates(3)
         m2, _ = pooled_b.rates(2)
         summary.update({
@@ -439,7 +440,7 @@ def crh_toy(cfg: CRHToyConfig, run) -> None:
         for level, tr in res["trig"].items():
             if tr is not None:
                 run.save_table(f"trig_law_{level}", tr.to_frame())
-                run.save_figure(f"trig_law_{level}", trig_law_figure(tr, title=f"Implication 2 ({level}-level S)"))
+                save_figure(run, f"trig_law_{level}", trig_law_figure(tr, title=f"Implication 2 ({level}-level S)"))
                 summary[f"impl2_{level}"] = {"max_r": tr.global_r, "a": tr.global_a, "p": tr.global_p,
                                              "perm_p": tr.perm_p, "n_used": tr.n_used,
                                              "n_negative_cos": tr.n_negative_cos}
@@ -448,7 +449,7 @@ def crh_toy(cfg: CRHToyConfig, run) -> None:
         pt = res["pairwise"]
         if pt is not None:
             run.save_table("pairwise", pt.to_frame())
-            run.save_figure("pairwise", pairwise_scatter(pt))
+            save_figure(run, "pairwise", pairwise_scatter(pt))
             summary["impl3"] = {"r": pt.r, "p_perm": pt.p_perm, "n_pairs": int(pt.x.size)}
         else:
             summary["impl3"] = None
@@ -534,9 +535,9 @@ def crh_spiral(cfg: CRHSpiralConfig, run) -> None:
                "reference_helix": {k: v.summary() for k, v in sp.reference_fits.items()},
                "planar_helix": {k: v.summary() for k, v in sp.planar_fits.items()}}
     run.save_json("summary", summary)
-    run.save_figure("optimisation", steering_vectors_figure(sv))
+    save_figure(run, "optimisation", steering_vectors_figure(sv))
     for k, fit in sp.fits.items():
-        run.save_figure(f"helix_{k}", helix_figure(fit))
+        save_figure(run, f"helix_{k}", helix_figure(fit))
     if "fixed" in sp.reference_fits:
-        run.save_figure("reference_helix_fixed", helix_figure(sp.reference_fits["fixed"],
+        save_figure(run, "reference_helix_fixed", helix_figure(sp.reference_fits["fixed"],
                                                               title="LRH reference line w·dist·Δ̂ (control), fixed fit"))

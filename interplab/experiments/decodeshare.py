@@ -24,8 +24,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError
+from interplab.core.errors import ConfigError, InputError
 from interplab.experiments.registry import register_experiment
+from interplab.figures.export import save_figure
 
 SEQ_TASKS = ("copy", "rev", "sort", "inc")
 ALL_TASKS = ("copy", "rev", "sort", "inc", "mc")
@@ -469,11 +470,11 @@ def run_layers(cfg: DecodeShareLayersConfig, run=None, *, model=None, progress=N
 
         run.save_table("layers", summary)
         run.save_table("sensitivity", sweep)
-        run.save_figure("layers", layer_summary_figure(summary))
-        run.save_figure("sensitivity", sensitivity_figure(sweep, title=f"Sensitivity at layer {sl}"))
-        run.save_figure("angles", principal_angle_figure(angles, title="Principal angles decode vs prefill"))
+        save_figure(run, "layers", layer_summary_figure(summary))
+        save_figure(run, "sensitivity", sensitivity_figure(sweep, title=f"Sensitivity at layer {sl}"))
+        save_figure(run, "angles", principal_angle_figure(angles, title="Principal angles decode vs prefill"))
         for thr in dict.fromkeys(k[2] for k in subspaces):
-            run.save_figure(f"shares_{thr.replace('=', '').replace('.', 'p')}",
+            save_figure(run, f"shares_{thr.replace('=', '').replace('.', 'p')}",
                             variance_share_heatmap(subspaces[(sl, "paper", thr)]))
     return out
 
@@ -730,34 +731,34 @@ def _save(run, out: Mapping[str, Any]) -> None:
     run.save_json("info", out["info"] | ({"steering": out["steering_info"]} if "steering_info" in out else {}))
     out["subspace"].save(run.path / "subspace_decode")
     out["subspace_prefill"].save(run.path / "subspace_prefill")
-    run.save_figure("shares", variance_share_heatmap(out["subspace"]))
-    run.save_figure("nulls", null_histogram(out["nulls"]))
+    save_figure(run, "shares", variance_share_heatmap(out["subspace"]))
+    save_figure(run, "nulls", null_histogram(out["nulls"]))
     run.save_table("shares", out["subspace"].to_frame())
     if "table" in out:
         run.save_table("ablation", out["table"])
         run.save_table("ablation_examples", out["table_examples"])
         for m in ("fc", "gen"):
-            run.save_figure(f"ablation_{m}", ablation_figure(out["table"], metric=m))
+            save_figure(run, f"ablation_{m}", ablation_figure(out["table"], metric=m))
     if "loto" in out:
         run.save_table("loto", out["loto"])
-        run.save_figure("loto_gen", ablation_figure(out["loto"], metric="gen", title="LOTO (generation)"))
+        save_figure(run, "loto_gen", ablation_figure(out["loto"], metric="gen", title="LOTO (generation)"))
     if "h3" in out:
         run.save_table("h3_grid", out["h3"])
         for m in ("fc", "gen"):
-            run.save_figure(f"h3_{m}", h3_grid_figure(out["h3"], metric=m))
+            save_figure(run, f"h3_{m}", h3_grid_figure(out["h3"], metric=m))
     if "alpha_sweep" in out:
         run.save_table("alpha_sweep", out["alpha_sweep"])
         for m in ("fc", "gen"):
-            run.save_figure(f"alpha_{m}", alpha_sweep_figure(out["alpha_sweep"], metric=m))
+            save_figure(run, f"alpha_{m}", alpha_sweep_figure(out["alpha_sweep"], metric=m))
     if "steering" in out:
         run.save_table("steering", out["steering"])
-        run.save_figure("steering", steering_figure(out["steering"]))
+        save_figure(run, "steering", steering_figure(out["steering"]))
     if "patchback" in out:
         pb = out["patchback"]
         run.save_table("patchback", pb.table)
         run.save_table("patchback_examples", pb.examples)
         if len(pb.table):
-            run.save_figure("patchback", patchback_figure(pb.table))
+            save_figure(run, "patchback", patchback_figure(pb.table))
     if "ranking" in out:
         from interplab.figures.decodeshare import ranking_scatter_figure
 
@@ -765,7 +766,7 @@ def _save(run, out: Mapping[str, Any]) -> None:
         rk.save(run.path / "ranking")
         run.save_table("ranking_scores", rk.scores)
         run.save_table("ranking_metrics", rk.metrics)
-        run.save_figure("ranking_scatter", ranking_scatter_figure(rk.scores, rk.metrics))
+        save_figure(run, "ranking_scatter", ranking_scatter_figure(rk.scores, rk.metrics))
 
 
 @register_experiment("decodeshare", config=DecodeShareConfig,

@@ -7,7 +7,7 @@ from typing import Mapping
 
 import numpy as np
 
-from interplab.errors import InputError
+from interplab.core.errors import InputError
 from interplab.experiments.decodeshare import TaskSet, multitask_sets
 
 def _patchback(model, cfg, L, bases, evals, say):

@@ -19,8 +19,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError
+from interplab.core.errors import ConfigError, DataError, InputError
 from interplab.experiments.registry import register_experiment
+from interplab.figures.export import save_figure
 
 __all__ = [
     "HyperfitEvalConfig", "HyperfitEvalResult", "evaluate_settings", "heldout_texts", "base_ranks_of",
@@ -157,7 +158,7 @@ class HyperfitEvalResult:
         return self.table.copy()
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json, write_table
+        from interplab.core.io import write_arrays, write_json, write_table
 
         path = Path(path)
         write_table(path / "table.csv", self.table)
@@ -172,7 +173,7 @@ class HyperfitEvalResult:
     @classmethod
     def load(cls, path) -> "HyperfitEvalResult":
         from interplab.probes.hyperfit import TemperatureMatch
-        from interplab.results.io import read_arrays, read_json, read_table
+        from interplab.core.io import read_arrays, read_json, read_table
 
         path = Path(path)
         if not (path / "eval.json").exists():
@@ -313,10 +314,10 @@ def run_hyperfit_eval(cfg: HyperfitEvalConfig, run) -> None:
     run.save_table("sweep", res.sweep)
     run.save_json("summary", {"spearman": res.spearman, "match": asdict(res.match), "examples": res.examples})
     run.save_arrays("ranks", {k.replace(" ", "_"): np.asarray(v) for k, v in res.ranks.items()})
-    run.save_figure("diversity", diversity_bars_figure(res.table))
-    run.save_figure("entropy_temperature", entropy_temperature_figure(res.match))
+    save_figure(run, "diversity", diversity_bars_figure(res.table))
+    save_figure(run, "entropy_temperature", entropy_temperature_figure(res.match))
     refs = {r["setting"]: r["ttr"] for _, r in res.table.iterrows() if r["kind"] in ("base", "target")}
-    run.save_figure("static_injection", static_injection_figure(res.sweep, "ttr", references=refs,
+    save_figure(run, "static_injection", static_injection_figure(res.sweep, "ttr", references=refs,
                                                                 spearman=res.spearman.get("ttr")))
 
 
@@ -373,9 +374,9 @@ def run_hyperfit_geometry(cfg: GeometryConfig, run) -> None:
     run.save_table("delta_dim_last_block", last)
     for name, res in main.items():
         res.save(Path(run.path) / "geometry" / name)
-        run.save_figure(f"pr_by_layer_{name}", pr_by_layer_figure(res, name_a="base", name_b=name))
-        run.save_figure(f"cos_l2_{name}", cos_l2_figure(res))
-        run.save_figure(f"spectrum_{name}", eigen_spectrum_figure(res, name_a="base", name_b=name))
+        save_figure(run, f"pr_by_layer_{name}", pr_by_layer_figure(res, name_a="base", name_b=name))
+        save_figure(run, f"cos_l2_{name}", cos_l2_figure(res))
+        save_figure(run, f"spectrum_{name}", eigen_spectrum_figure(res, name_a="base", name_b=name))
 
 
 @dataclass
@@ -403,9 +404,9 @@ def run_hyperfit_ranks(cfg: RanksConfig, run) -> None:
         r.save(Path(run.path) / "ranks" / name)
         rows.append({"target": name, **r.summary})
         hists.append(r.histogram_frame().assign(target=name))
-        run.save_figure(f"rank_histogram_{name}", rank_histogram_figure(r, title=f"{name}: base rank of chosen tokens"))
-        run.save_figure(f"context_dependence_{name}", context_dependence_figure(r.token_frame(base.tokenizer)))
-        run.save_figure(f"lens_entry_{name}", lens_entry_figure(r))
+        save_figure(run, f"rank_histogram_{name}", rank_histogram_figure(r, title=f"{name}: base rank of chosen tokens"))
+        save_figure(run, f"context_dependence_{name}", context_dependence_figure(r.token_frame(base.tokenizer)))
+        save_figure(run, f"lens_entry_{name}", lens_entry_figure(r))
     run.save_table("summary", pd.DataFrame(rows))
     run.save_table("histograms", pd.concat(hists, ignore_index=True))
 
@@ -483,7 +484,7 @@ def run_hyperfit_ksweep(cfg: KSweepConfig, run) -> None:
     seqs = hyperfit_sequences(base.tokenizer, {**HYPERFIT_DATA, "n_sequences": cfg.n_sequences})
     df = k_sweep(base, seqs, heldout_texts(), cfg, progress=print)
     run.save_table("k_sweep", df)
-    run.save_figure("k_sweep_ttr", k_sweep_figure(df, "ttr"))
+    save_figure(run, "k_sweep_ttr", k_sweep_figure(df, "ttr"))
 
 
 @dataclass
@@ -517,4 +518,4 @@ def run_hyperfit_train(cfg: TrainHyperfitConfig, run) -> None:
                    max_epochs=cfg.max_epochs, max_time_s=cfg.budget_s, out_dir=Path(run.path) / "checkpoint")
     run.save_table("history", res.to_frame())
     run.save_json("hyperfit", res.to_dict())
-    run.save_figure("training", training_dashboard_figure(res.to_frame(), stop_loss=cfg.stop_loss))
+    save_figure(run, "training", training_dashboard_figure(res.to_frame(), stop_loss=cfg.stop_loss))

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError
+from interplab.core.errors import ConfigError, InputError
 from interplab.experiments.registry import register_experiment
+from interplab.figures.export import save_figure
 
 __all__ = ["model_summary", "suggest_prompt", "next_token_report", "NextTokenResult", "NextTokenConfig", "next_token"]
 
@@ -80,7 +81,7 @@ class NextTokenResult:
         return self.top.copy()
 
     def save(self, directory) -> Path:
-        from interplab.results.io import write_arrays, write_json, write_table
+        from interplab.core.io import write_arrays, write_json, write_table
 
         d = Path(directory)
         write_table(d / "top_tokens.csv", self.top)
@@ -92,7 +93,7 @@ class NextTokenResult:
 
     @classmethod
     def load(cls, directory) -> "NextTokenResult":
-        from interplab.results.io import read_arrays, read_json, read_table
+        from interplab.core.io import read_arrays, read_json, read_table
 
         d = Path(directory)
         meta = read_json(d / "next_token.json")
@@ -186,5 +187,5 @@ def next_token(cfg: NextTokenConfig, run) -> None:
     run.save_arrays("attention", {"pattern": res.pattern.astype(np.float32),
                                   "input_ids": np.asarray(res.input_ids, dtype=np.int64)})
     run.save_json("summary", {"model": model_summary(model), "tokens": res.tokens, "config": asdict(cfg)})
-    run.save_figure("top_tokens", top_tokens_figure(res.top, title=f"Top next tokens after {cfg.prompt!r}"))
-    run.save_figure("attention", attention_figure(res.pattern[cfg.head], res.tokens, layer=cfg.layer, head=cfg.head))
+    save_figure(run, "top_tokens", top_tokens_figure(res.top, title=f"Top next tokens after {cfg.prompt!r}"))
+    save_figure(run, "attention", attention_figure(res.pattern[cfg.head], res.tokens, layer=cfg.layer, head=cfg.head))

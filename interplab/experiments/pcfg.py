@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from interplab.experiments.registry import register_experiment
+from interplab.figures.export import save_figure
 
 __all__ = ["PCFGDepthConfig", "PCFGProbesConfig", "PCFGAttentionConfig", "PCFGConstructionConfig", "depth_sweep", "probe_study"]
 
@@ -66,8 +67,8 @@ def pcfg_depth(cfg: PCFGDepthConfig, run) -> None:
     L = None
     if g.levels.max() > 0 and not g.auxiliary.any():
         L = float(g.levels.max())  # uniform binary: n = 2^L
-    run.save_figure("depth_sweep", depth_sweep_figure(summ, log2_n=L))
-    run.save_figure("kl_by_position", kl_by_position_figure({n: frames[n] for n in names}))
+    save_figure(run, "depth_sweep", depth_sweep_figure(summ, log2_n=L))
+    save_figure(run, "kl_by_position", kl_by_position_figure({n: frames[n] for n in names}))
     run.save_json("summary", {"grammar": g.to_dict()["name"], "log2_n": L,
                               "kl": {r["model"]: r["kl"] for r in summ.to_dict("records")},
                               "kl_se": {r["model"]: r["kl_se"] for r in summ.to_dict("records")},
@@ -121,10 +122,10 @@ def pcfg_probes(cfg: PCFGProbesConfig, run) -> None:
     run.save_table("l_star", ls)
     run.save_json("slopes", slopes)
     for t in df["target"].unique():
-        run.save_figure(f"probe_curves_{t}", probe_curves_figure(df, t))
+        save_figure(run, f"probe_curves_{t}", probe_curves_figure(df, t))
         if (df[df.target == t]["bucket"] != "all").any():
-            run.save_figure(f"local_to_global_{t}", local_to_global_heatmap(df, t))
-    run.save_figure("l_star", lstar_figure(ls, slopes=slopes))
+            save_figure(run, f"local_to_global_{t}", local_to_global_heatmap(df, t))
+    save_figure(run, "l_star", lstar_figure(ls, slopes=slopes))
 
 
 @dataclass
@@ -158,7 +159,7 @@ def pcfg_attention(cfg: PCFGAttentionConfig, run) -> None:
         am = attention_offset_mass(m, g, cfg.n_sequences, cfg.seed)
         am.insert(0, "model", name)
         out.append(am)
-        run.save_figure("attention_offset_" + name.replace("zoo:", ""), attention_offset_figure(am.drop(columns="model"),
+        save_figure(run, "attention_offset_" + name.replace("zoo:", ""), attention_offset_figure(am.drop(columns="model"),
                         title=f"{name}: attention at offset 2^(k-1) (max over heads / uniform)"))
     run.save_table("attention_offset", pd.concat(out, ignore_index=True))
 
@@ -186,8 +187,8 @@ def pcfg_construction(cfg: PCFGConstructionConfig, run) -> None:
         out = construction_mirror(m, g, cfg.n_sequences, cfg.seed, n_seeds=cfg.n_seeds)
         short = name.replace("zoo:", "").replace("/", "_")
         pr, kl = out["probe"], out["kl"]
-        run.save_figure("dyadic_probe_" + short, dyadic_probe_figure(pr, title=f"{name}: dyadic inside R² by layer"))
-        run.save_figure("truncated_kl_" + short, truncated_kl_figure(kl, title=f"{name}: KL(p_trunc,k ‖ layer l)"))
+        save_figure(run, "dyadic_probe_" + short, dyadic_probe_figure(pr, title=f"{name}: dyadic inside R² by layer"))
+        save_figure(run, "truncated_kl_" + short, truncated_kl_figure(kl, title=f"{name}: KL(p_trunc,k ‖ layer l)"))
         last = kl[kl["final_layer"]]
         summary[name] = {"log2_n": out["log2_n"],
                          "final_kl_by_k": {int(r.k): float(r.kl_trunc_model) for r in last.itertuples()},

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from interplab.errors import ConfigError, InterplabError
+from interplab.core.errors import ConfigError, InterplabError
 
 __all__ = [
     "Experiment",

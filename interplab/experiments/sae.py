@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from interplab.experiments.registry import register_experiment
+from interplab.figures.export import save_figure
 
 METHOD_LABELS = {"fast": "FAST", "bt_f": "BT(F)", "bt_p": "BT(P)"}
 
@@ -116,7 +117,7 @@ def train_one(model: Any, data: dict, out_dir: Path, *, method: str, architectur
     Toy-scale defaults (chosen on a pilot, not the paper's): inputs normalised to E||x|| = sqrt(d) during training
     (folded back on save), JumpReLU bandwidth / initial threshold 0.05 (the paper's 0.001 barely moves in a few
     hundred steps), everything else paper mode (geometric-median b_dec, unit-norm decoder rows)."""
-    from interplab.errors import ConfigError
+    from interplab.core.errors import ConfigError
     from interplab.sae import train_sae
 
     if method not in METHOD_LABELS:
@@ -135,7 +136,7 @@ def metrics_row(model: Any, sae_dir: Path, eval_dialogues: list, **labels) -> di
     """One results-table row: reconstruction metrics plus the CE-based metrics over all positions (unsuffixed) and
     over assistant-answer positions only (`_response` keys; `evaluate_sae(positions="both")`). A chat template whose
     answer spans cannot be located gives the all-position metrics only."""
-    from interplab.errors import DataError
+    from interplab.core.errors import DataError
     from interplab.sae import evaluate_sae, load_train_info
     from interplab.sae.steering import template_token_ids
 
@@ -292,7 +293,7 @@ def sae_steer_sweep(cfg: SteerSweepConfig, run) -> None:
     import torch
 
     import interplab
-    from interplab.errors import ConfigError
+    from interplab.core.errors import ConfigError
     from interplab.figures.sae import steering_sweep_figure
     from interplab.sae import load_sae
     from interplab.sae._util import sae_site
@@ -308,7 +309,7 @@ def sae_steer_sweep(cfg: SteerSweepConfig, run) -> None:
         positions=cfg.positions, max_new_tokens=cfg.max_new_tokens, feature=cfg.feature)
     sw.save(Path(run.path) / "steering")
     run.save_table("steering", df.drop(columns=["new_tokens"]))
-    run.save_figure("steering", steering_sweep_figure(sw))
+    save_figure(run, "steering", steering_sweep_figure(sw))
     run.save_json("summary", {"feature": feature, "mean_residual_norm": mean_norm, "sae_dir": cfg.sae_dir,
                               "site": site})
 
@@ -346,12 +347,12 @@ def sae_fast_vs_block(cfg: FastVsBlockConfig, run) -> None:
                                     wall_seconds=time.perf_counter() - t0) | {"path": run.relative(d)})
             run.save_table("results", pd.DataFrame(rows), overwrite=True)
     df = pd.DataFrame(rows)
-    run.save_figure("results", metrics_grid_figure(df), overwrite=True)
+    save_figure(run, "results", metrics_grid_figure(df), overwrite=True)
     from interplab.figures.sae import leakage_figure
 
     leak = leakage_table(model, data["eval"], cfg.site, cfg.context_size)
     run.save_table("leakage", leak, overwrite=True)
-    run.save_figure("leakage", leakage_figure(leak, "rel_l2"), overwrite=True)
+    save_figure(run, "leakage", leakage_figure(leak, "rel_l2"), overwrite=True)
 
     # GSNR: providers with repeat, B = batch_tokens for every method
     provs = {
@@ -377,7 +378,7 @@ def sae_fast_vs_block(cfg: FastVsBlockConfig, run) -> None:
     gdf = pd.concat(grows, ignore_index=True)
     run.save_table("gsnr", gdf, overwrite=True)
     for arch in archs:
-        run.save_figure(f"gsnr_{arch}", gsnr_figure(gdf[gdf.architecture == arch], facet="theta",
+        save_figure(run, f"gsnr_{arch}", gsnr_figure(gdf[gdf.architecture == arch], facet="theta",
                                                     title=f"GSNR per parameter, {arch}"), overwrite=True)
 
     # special-token features of the FAST JumpReLU SAE (or the first available) and the steering sweep
@@ -386,13 +387,13 @@ def sae_fast_vs_block(cfg: FastVsBlockConfig, run) -> None:
     stats = feature_statistics(model, sdir, data["eval"], k=5)
     stats.save(Path(run.path) / "feature_stats")
     run.save_table("special_token_features", stats.special_ranking(5), overwrite=True)
-    run.save_figure("special_token_features", special_token_heatmap(stats), overwrite=True)
+    save_figure(run, "special_token_features", special_token_heatmap(stats), overwrite=True)
     sw, df_sw, feature, mean_norm = special_token_steering(
         model, sdir, data, site=cfg.site, stats=stats, alphas_rel=cfg.steer_alphas, n_prompts=cfg.steer_prompts,
         positions=cfg.steer_positions, max_new_tokens=cfg.max_new_tokens)
     sw.save(Path(run.path) / "steering")
     run.save_table("steering", df_sw.drop(columns=["new_tokens"]), overwrite=True)
-    run.save_figure("steering", steering_sweep_figure(sw), overwrite=True)
+    save_figure(run, "steering", steering_sweep_figure(sw), overwrite=True)
     run.save_json("summary", {"steering_feature": feature, "steering_token": "<|im_start|>",
                               "mean_residual_norm": mean_norm,
                               "sae_for_steering": run.relative(sdir)}, overwrite=True)

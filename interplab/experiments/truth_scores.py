@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from interplab.experiments.registry import register_experiment
+from interplab.figures.export import save_figure
 
 
 def _formats(s: str) -> tuple[str, ...]:
@@ -63,24 +64,24 @@ def released_lineage(cfg: ReleasedLineageConfig, run) -> None:
         m = correlation_matrix(maps, stat, top_k_frac=cfg.top_k_frac)
         run.save_table(f"matrix_{stat}", m.reset_index(names="model"))
         if stat in ("pearson", "pearson_centered"):
-            run.save_figure(f"matrix_{stat}", F.lineage_matrix(m, statistic=stat), fmts)
+            save_figure(run, f"matrix_{stat}", F.lineage_matrix(m, statistic=stat), fmts)
     mi = correlation_matrix(maps, "pearson", align="intersect")
     run.save_table("matrix_pearson_repo_intersect", mi.reset_index(names="model"))
     curves = {f"{a}↔{b}": per_layer_correlation(maps[a], maps[b]) for a, b in RELEASED_PAIRS
               if a in maps and b in maps}
-    run.save_figure("per_layer", F.per_layer_curves(curves), fmts)
+    save_figure(run, "per_layer", F.per_layer_curves(curves), fmts)
     if "llama2" in maps and "vicuna" in maps:
         st = lineage_correlation(maps["llama2"], maps["vicuna"], n_permutations=cfg.n_permutations, seed=cfg.seed,
                                  top_k_frac=cfg.top_k_frac, return_null=True)
-        run.save_figure("scatter_llama2_vicuna", F.pair_scatter(maps["llama2"], maps["vicuna"], name_a="llama2",
+        save_figure(run, "scatter_llama2_vicuna", F.pair_scatter(maps["llama2"], maps["vicuna"], name_a="llama2",
                                                                 name_b="vicuna", stats=st), fmts)
-        run.save_figure("null_llama2_vicuna", F.null_histogram(st["null"], st["pearson"], st["perm_p"]), fmts)
+        save_figure(run, "null_llama2_vicuna", F.null_histogram(st["null"], st["pearson"], st["perm_p"]), fmts)
         run.save_json("summary", {"r_llama2_vicuna": st["pearson"], **{k: v for k, v in st.items() if k != "null"}})
     gates = [{"map": n, "mode": mo, "alpha": a, **gate_summary(truth_gates(maps[n], mo, a))}
              for n, mo, a in SHIPPED_GATES if n in maps]
     run.save_table("shipped_gates", pd.DataFrame(gates))
     if "qwen2.5" in maps:
-        run.save_figure("gates_qwen2.5_contrast6", F.gate_preview(truth_gates(maps["qwen2.5"], "contrast", 6.0)),
+        save_figure(run, "gates_qwen2.5_contrast6", F.gate_preview(truth_gates(maps["qwen2.5"], "contrast", 6.0)),
                         fmts)
 
 
@@ -153,10 +154,10 @@ def truth_scores_experiment(cfg: TruthScoresExpConfig, run) -> None:
                         "argmax_ablation_drop": list(np.unravel_index(int(np.argmax(drop)), drop.shape)),
                         "max_ablation_drop": float(drop.max()), "spearman_S_ablation_drop": spearman(ts, drop)})
     run.save_json("summary", summary)
-    run.save_figure("heatmap", F.score_heatmap(ts), fmts)
-    run.save_figure("evidence_scatter", F.evidence_scatter(ts, em, rho=rho), fmts)
-    run.save_figure("evidence_groups", F.evidence_group_bars(groups), fmts)
-    run.save_figure("diagnostics", F.probe_diagnostics(ts), fmts)
+    save_figure(run, "heatmap", F.score_heatmap(ts), fmts)
+    save_figure(run, "evidence_scatter", F.evidence_scatter(ts, em, rho=rho), fmts)
+    save_figure(run, "evidence_groups", F.evidence_group_bars(groups), fmts)
+    save_figure(run, "diagnostics", F.probe_diagnostics(ts), fmts)
 
 
 # --------------------------------------------------------------------------------------------- toy lineage
@@ -201,8 +202,8 @@ def lineage_experiment(cfg: LineageExpConfig, run) -> None:
         groups, rho = evidence_summary(ts, em, k_frac=cfg.top_k_frac)
         ev_rows.append({"role": role, "model": name, "spearman_S_EM": rho,
                         **{f"EM_{r.group}": r.mean for r in groups.itertuples()}})
-        run.save_figure(f"heatmap_{role}", F.score_heatmap(ts, title=f"Truth Scores: {role} ({name})"), fmts)
-        run.save_figure(f"evidence_{role}", F.evidence_scatter(ts, em, rho=rho,
+        save_figure(run, f"heatmap_{role}", F.score_heatmap(ts, title=f"Truth Scores: {role} ({name})"), fmts)
+        save_figure(run, f"evidence_{role}", F.evidence_scatter(ts, em, rho=rho,
                                                                title=f"S vs evidence attention: {role}"), fmts)
     run.save_table("evidence", pd.DataFrame(ev_rows))
     rows, wps, curves, wp_rho = [], {}, {}, []
@@ -210,9 +211,9 @@ def lineage_experiment(cfg: LineageExpConfig, run) -> None:
         st = lineage_correlation(scores["base"], scores[role], top_k_frac=cfg.top_k_frac,
                                  n_permutations=cfg.n_permutations, return_null=True)
         rows.append({"pair": f"base↔{role}", **{k: v for k, v in st.items() if k != "null"}})
-        run.save_figure(f"scatter_base_{role}", F.pair_scatter(scores["base"], scores[role], name_a="base",
+        save_figure(run, f"scatter_base_{role}", F.pair_scatter(scores["base"], scores[role], name_a="base",
                                                               name_b=role, stats=st), fmts)
-        run.save_figure(f"null_base_{role}", F.null_histogram(st["null"], st["pearson"], st["perm_p"]), fmts)
+        save_figure(run, f"null_base_{role}", F.null_histogram(st["null"], st["pearson"], st["perm_p"]), fmts)
         curves[f"base↔{role}"] = per_layer_correlation(scores["base"], scores[role])
         wp = weight_preservation(models["base"], models[role])
         wps[f"base→{role}"] = wp
@@ -220,14 +221,14 @@ def lineage_experiment(cfg: LineageExpConfig, run) -> None:
         rho = preservation_vs_score_change(wp, scores["base"], scores[role])
         wp_rho.append({"pair": f"base→{role}", **{f"rho_{k}": v for k, v in rho.items()},
                        **{f"mean_{c}": float(wp[c].mean()) for c in F.WP_COLUMNS}})
-        run.save_figure(f"wp_vs_dS_{role}", F.weight_vs_score_change(wp, scores["base"], scores[role], "cos_OV",
+        save_figure(run, f"wp_vs_dS_{role}", F.weight_vs_score_change(wp, scores["base"], scores[role], "cos_OV",
                                                                      rho=rho["cos_OV"]), fmts)
     lineage = pd.DataFrame(rows)
     run.save_table("lineage", lineage)
     run.save_table("weight_preservation_summary", pd.DataFrame(wp_rho))
-    run.save_figure("per_layer", F.per_layer_curves(curves), fmts)
-    run.save_figure("weight_preservation", F.weight_preservation_lines(wps), fmts)
-    run.save_figure("topk", F.topk_jaccard_curve({k: (scores["base"], scores[k.split("↔")[1]])
+    save_figure(run, "per_layer", F.per_layer_curves(curves), fmts)
+    save_figure(run, "weight_preservation", F.weight_preservation_lines(wps), fmts)
+    save_figure(run, "topk", F.topk_jaccard_curve({k: (scores["base"], scores[k.split("↔")[1]])
                                                   for k in curves}), fmts)
     d = lineage.iloc[0]
     c = lineage.iloc[1] if len(lineage) > 1 else None
@@ -285,7 +286,7 @@ def gating_sweep_experiment(cfg: GatingSweepConfig, run) -> None:
                       alphas=[float(a) for a in _formats(cfg.alphas)],
                       score_source="self" if source is target else cfg.score_source)
     run.save_table("sweep", df)
-    run.save_figure("sweep", F.gating_sweep(df), fmts)
+    save_figure(run, "sweep", F.gating_sweep(df), fmts)
     base = df[df["alpha"] == 0.0]["context_acc"].iloc[0] if (df["alpha"] == 0.0).any() else float("nan")
     best = df.loc[df["context_acc"].idxmax()]
     run.save_json("summary", {"baseline_context_acc": float(base), "best": best.to_dict(),

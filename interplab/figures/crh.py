@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from interplab.errors import InputError
+from interplab.core.errors import InputError
 from interplab.figures.style import PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style
 
 __all__ = ["cylinder_scene", "sector_polar", "penalty_heatmaps", "pairwise_scatter", "baseline_curves",

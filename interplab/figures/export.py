@@ -16,8 +16,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from interplab.errors import InputError, InterplabError, MissingDependencyError
-from interplab.results.io import write_bytes, write_text
+from interplab.core.errors import InputError, InterplabError, MissingDependencyError
+from interplab.core.io import write_bytes, write_text
 
 __all__ = [
     "export",
@@ -235,3 +235,24 @@ def export(fig, path, *, width: int | None = None, height: int | None = None, sc
     if fmt == "html":
         return write_text(path, to_html(fig, width=width, height=height))
     return write_bytes(path, render(fig, fmt, width=width, height=height, scale=scale))
+
+
+def save_figure(run, name: str, fig, formats=("html",), *, overwrite: bool = False) -> list[Path]:
+    """Write `fig` into run folder `run` (a `RunDir`): figures/<name>.plotly.json (so `interplab export` can
+    re-render it) plus one file per format."""
+    if isinstance(formats, str):
+        formats = (formats,)
+    bad = [f for f in formats if str(f).lower().lstrip(".") not in SUPPORTED_FORMATS]
+    if bad:
+        raise InputError(f"figure formats {bad} not supported; use any of {SUPPORTED_FORMATS}")
+    if not hasattr(fig, "to_json"):
+        raise InputError(f"save_figure({name!r}) needs a plotly Figure, got {type(fig).__name__}")
+    target = run.target("figures", name, ".plotly.json", overwrite)
+    write_text(target, fig.to_json())
+    paths = [run.record(target, "figure")]
+    for f in formats:
+        f = str(f).lower().lstrip(".")
+        out = run.target("figures", name, f".{f}", overwrite)
+        export(fig, out)
+        paths.append(run.record(out, f"figure-{f}"))
+    return paths

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from interplab.errors import DataError, ShapeError
+from interplab.core.errors import DataError, ShapeError
 from interplab.figures.style import ACCENT, QUALITATIVE, apply_style
 
 __all__ = [

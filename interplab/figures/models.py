@@ -5,7 +5,7 @@ from typing import Sequence
 
 import numpy as np
 
-from interplab.errors import ShapeError
+from interplab.core.errors import ShapeError
 from interplab.figures.style import ACCENT, PROBABILITY, apply_style, heatmap_axes
 
 __all__ = ["top_tokens_figure", "attention_figure", "token_labels"]

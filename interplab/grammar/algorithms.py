@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from interplab.errors import InputError, ShapeError
+from interplab.core.errors import InputError, ShapeError
 from interplab.grammar.pcfg import PCFG, Tree
 
 __all__ = ["Chart", "inside", "log_prob", "viterbi", "prefix", "PrefixResult", "prefix_log_prob",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, InputError
+from interplab.core.errors import ConfigError, InputError
 from interplab.grammar.algorithms import NEG_INF, _check, _combine_splits, _log, _logmatmul
 from interplab.grammar.pcfg import PCFG
 

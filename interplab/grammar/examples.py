@@ -56,7 +56,7 @@ EXAMPLES = {
 
 def example(name: str) -> PCFG:
     """A named example grammar (keys of `EXAMPLES`)."""
-    from interplab.errors import InputError
+    from interplab.core.errors import InputError
 
     if name not in EXAMPLES:
         raise InputError(f"unknown example grammar {name!r}; choose one of {sorted(EXAMPLES)}.")

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError
+from interplab.core.errors import ConfigError
 from interplab.grammar.pcfg import PCFG, LongSampleWarning, NonTightGrammarError
 
 __all__ = ["uniform_binary", "layered", "random_cnf", "UniformBinary", "Layered", "RandomCNF"]

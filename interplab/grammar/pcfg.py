@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 
 __all__ = ["PCFG", "Tree", "NonTightGrammarError", "LongSampleWarning"]
 

@@ -1,5 +1,5 @@
 """Interventions as explicit `Edit` objects: Steer, Ablate, Patch, and each method's own edits."""
-from interplab.interventions.base import PHASES, Edit, StepContext, broadcast_mask
+from interplab.core.edit import PHASES, Edit, StepContext, broadcast_mask
 from interplab.interventions.basic import Ablate, Patch, Steer
 from interplab.interventions.head_gate import HeadGate, RandomHeadGate, truth_gates
 from interplab.interventions.logit_bias import LogitTemperature, StaticLogitBias, SuppressTokens

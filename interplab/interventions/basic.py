@@ -5,8 +5,8 @@ from typing import Sequence
 
 import torch
 
-from interplab.errors import InputError, ShapeError
-from interplab.interventions.base import PHASES, Edit, PositionSpec, StepContext
+from interplab.core.errors import InputError, ShapeError
+from interplab.core.edit import PHASES, Edit, PositionSpec, StepContext
 
 
 def _vec_repr(v: torch.Tensor) -> str:

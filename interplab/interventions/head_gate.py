@@ -24,8 +24,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, ShapeError
-from interplab.interventions.base import PHASES, Edit, StepContext
+from interplab.core.errors import ConfigError, ShapeError
+from interplab.core.edit import PHASES, Edit, StepContext
+from interplab.core.shapes import check_score_shape
 
 GATE_MODES = ("normalize", "contrast", "legacy_amplify", "raw", "inverse_baseline", "random_baseline")
 GATE_SITES = ("z", "attn_out_chunks")
@@ -48,8 +49,6 @@ def truth_gates(scores, mode: str = "normalize", alpha: float = 0.0, *, n_layers
     seed: only for mode="random_baseline"."""
     s = _map(scores)
     if n_layers is not None or n_heads is not None:
-        from interplab.probes.truth_scores import check_score_shape
-
         check_score_shape(s, n_layers if n_layers is not None else s.shape[0],
                           n_heads if n_heads is not None else s.shape[1])
     alpha = float(alpha)
@@ -117,8 +116,6 @@ class HeadGate(Edit):
     def validate(self, model) -> "HeadGate":
         """Check the gates against a model: [n_layers, n_heads] (query heads) and, for the chunk site, that
         d_model splits into n_heads chunks (warn when n_heads * d_head != d_model)."""
-        from interplab.probes.truth_scores import check_score_shape
-
         check_score_shape(self.gates, model.n_layers, model.n_heads)
         if self.site == "attn_out_chunks":
             if model.d_model % model.n_heads:

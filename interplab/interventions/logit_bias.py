@@ -14,8 +14,8 @@ from typing import Sequence
 
 import torch
 
-from interplab.errors import InputError, ShapeError
-from interplab.interventions.base import PHASES, Edit, PositionSpec, StepContext
+from interplab.core.errors import InputError, ShapeError
+from interplab.core.edit import PHASES, Edit, PositionSpec, StepContext
 
 __all__ = ["StaticLogitBias", "SuppressTokens", "LogitTemperature"]
 

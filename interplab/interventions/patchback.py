@@ -25,8 +25,8 @@ from typing import Sequence, Union
 import numpy as np
 import torch
 
-from interplab.errors import InputError, ShapeError
-from interplab.interventions.base import StepContext
+from interplab.core.errors import InputError, ShapeError
+from interplab.core.edit import StepContext
 from interplab.interventions.projection import SubspaceEdit
 
 __all__ = ["SubspacePatchback", "parse_window", "window_label", "WINDOWS"]

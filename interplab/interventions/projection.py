@@ -21,8 +21,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from interplab.errors import InputError, ShapeError
-from interplab.interventions.base import PHASES, Edit, PositionSpec, StepContext
+from interplab.core.errors import InputError, ShapeError
+from interplab.core.edit import PHASES, Edit, PositionSpec, StepContext
+from interplab.core.shapes import orthonormalize
 
 __all__ = ["SubspaceProjection", "teacher_forced"]
 
@@ -36,8 +37,6 @@ class SubspaceEdit(Edit):
     QR once, so any basis of the same subspace gives the same edit) and its sizes."""
 
     def _set_basis(self, layer: int, basis) -> None:
-        from interplab.probes.subspaces import orthonormalize
-
         self.layer = int(layer)
         self.sites = (f"resid_post.{self.layer}",)
         b = basis.detach().cpu().double().numpy() if isinstance(basis, torch.Tensor) else np.asarray(basis, float)

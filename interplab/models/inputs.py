@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from interplab.errors import InputError
+from interplab.core.errors import InputError
 
 
 @dataclass

@@ -6,12 +6,13 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from interplab.errors import InputError
-from interplab.interventions.base import Edit, StepContext
+from interplab.core.errors import InputError
+from interplab.core.edit import Edit, StepContext
+from interplab.models import weights
 from interplab.models.backends.base import ForwardRequest
 from interplab.models.inputs import Batch, to_batch
 from interplab.models.outputs import Cache, GenerateOutput, RunOutput
-from interplab.sites import Site, parse_site, parse_sites, valid_sites
+from interplab.core.sites import Site, parse_site, parse_sites, valid_sites
 
 
 class LabModel:
@@ -58,6 +59,31 @@ class LabModel:
         if self.backend != "nnsight":
             raise InputError(f"{self.name} is loaded on the {self.backend} backend; load it with backend='nnsight'")
         return self._impl.nn
+
+    # ----------------------------------------------------------------- weights (x @ W, float64, CPU)
+    def attention_weights(self) -> dict[str, torch.Tensor]:
+        """W_Q [L, H, d_model, d_head], W_K / W_V [L, H_kv, d_model, d_head] (GQA: one per KV group),
+        W_O [L, H, d_head, d_model]."""
+        return weights.attention_weights(self.hf_model, self.n_heads, self.n_kv_heads, self.d_head)
+
+    def mlp_weights(self) -> dict[str, torch.Tensor]:
+        """W_in / W_out (and W_gate for gated MLPs) per layer."""
+        return weights.mlp_weights(self.hf_model)
+
+    def unembedding(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(W_U [d_model, d_vocab], b_U or None)."""
+        return weights.unembedding(self.hf_model)
+
+    @property
+    def final_norm_module(self) -> torch.nn.Module:
+        """The final norm module itself (e.g. to apply the model's own norm in a logit lens)."""
+        return weights.final_norm(self.hf_model)
+
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., d_model] (a final-norm output) -> logits [..., d_vocab] through the model's own output layer."""
+        head = self.hf_model.get_output_embeddings()
+        with torch.no_grad():
+            return head(x.to(head.weight.dtype).to(head.weight.device))
 
     def __repr__(self) -> str:
         return (f"LabModel({self.name!r}, backend={self.backend!r}, n_layers={self.n_layers}, n_heads={self.n_heads}, "

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from interplab.errors import CheckpointError, InputError, ModelNotFoundError
+from interplab.core.errors import CheckpointError, InputError, ModelNotFoundError
 
 # Name resolution runs before torch is imported (a cold torch import alone takes seconds here), so a bad name
 # fails fast.
@@ -89,9 +89,9 @@ def resolve_checkpoint(name_or_path) -> tuple[str, Path]:
         raise InputError(f"model name must be a non-empty string, got {name_or_path!r}")
     name = name_or_path.strip()
     if name.startswith("zoo:"):
-        from interplab.zoo import resolve
+        from interplab.models.zoo_dirs import organism_dir
 
-        return name, check_checkpoint_dir(Path(resolve(name[4:])))
+        return name, check_checkpoint_dir(organism_dir(name[4:]))
     path = Path(name).expanduser()
     if path.is_dir():
         return path.name, check_checkpoint_dir(path)

@@ -6,7 +6,7 @@ from typing import Iterator, Mapping
 
 import torch
 
-from interplab.errors import SiteError
+from interplab.core.errors import SiteError
 from interplab.models.inputs import Batch
 
 

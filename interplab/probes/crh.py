@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 from interplab.probes.crh_geometry import (  # noqa: F401  (re-exported)
     Cylinder, PairwiseTest, PenaltyMap, SectorMap, activation_auc, activation_margin, angle_between,
     circular_mean, first_activation, fit_cylinder, lrh_null_plane_explained, max_principal_angle, pairwise_test,
@@ -404,7 +404,7 @@ class BaselineCurves:
         return pd.DataFrame(rows)
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -415,7 +415,7 @@ class BaselineCurves:
 
     @classmethod
     def load(cls, path) -> "BaselineCurves":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         path = Path(path)
         if not (path / "baselines.json").exists():

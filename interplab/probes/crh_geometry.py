@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 
 TWO_PI = 2.0 * math.pi
 
@@ -190,7 +190,7 @@ class Cylinder:
         return df
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -203,7 +203,7 @@ class Cylinder:
 
     @classmethod
     def load(cls, path) -> "Cylinder":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         path = Path(path)
         if not (path / "cylinder.json").exists():
@@ -516,7 +516,7 @@ class SectorMap:
         return pd.concat([pop, df], ignore_index=True)
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -530,7 +530,7 @@ class SectorMap:
 
     @classmethod
     def load(cls, path) -> "SectorMap":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         path = Path(path)
         if not (path / "sector_map.json").exists():
@@ -596,7 +596,7 @@ class PenaltyMap:
         return df
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -609,7 +609,7 @@ class PenaltyMap:
 
     @classmethod
     def load(cls, path) -> "PenaltyMap":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         path = Path(path)
         if not (path / "penalty_map.json").exists():
@@ -659,7 +659,7 @@ class PairwiseTest:
         return self.x[idx], self.y[idx]
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -670,7 +670,7 @@ class PairwiseTest:
 
     @classmethod
     def load(cls, path) -> "PairwiseTest":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         path = Path(path)
         if not (path / "pairwise.json").exists():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from interplab.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 
 HELIX_MODES = ("fixed", "faithful")
 
@@ -159,7 +159,7 @@ class HelixFit:
         return df
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -170,7 +170,7 @@ class HelixFit:
 
     @classmethod
     def load(cls, path) -> "HelixFit":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         path = Path(path)
         if not (path / "helix.json").exists():

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError
+from interplab.core.errors import ConfigError, InputError
 
 NORMAL, CONCEPT, GIBBERISH = 1, 2, 3
 LABEL_NAMES = {NORMAL: "normal", CONCEPT: "concept", GIBBERISH: "gibberish"}

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, DataError, InputError
+from interplab.core.errors import ConfigError, DataError, InputError
 from interplab.probes.crh_helix import HelixConfig, HelixFit, fit_helix
 
 DEFAULT_WS = tuple(np.round(np.arange(1, 31) * 0.1, 10))     # the repo's default sweep 0.1 … 3.0
@@ -116,7 +116,7 @@ class SteeringVectors:
                 "loss_ids": list(self.loss_ids)}
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -127,7 +127,7 @@ class SteeringVectors:
 
     @classmethod
     def load(cls, path) -> "SteeringVectors":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         path = Path(path)
         if not (path / "steering_vectors.json").exists():

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from interplab.errors import ConfigError, ShapeError
+from interplab.core.errors import ConfigError, ShapeError
 
 SECTOR_MODES = ("shared", "tied", "independent")
 

@@ -24,7 +24,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, DataError, InputError, ResultsError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ResultsError, ShapeError
 from interplab.probes.subspaces import (  # noqa: F401  (re-exported for convenience)
     angle_summary,
     haar_basis,
@@ -180,7 +180,7 @@ class SharedSubspace:
         })
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         path = Path(path)
         write_arrays(path / "shared_subspace.safetensors", {
@@ -195,7 +195,7 @@ class SharedSubspace:
 
     @classmethod
     def load(cls, path) -> "SharedSubspace":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         path = Path(path)
         meta_p, arr_p = path / "shared_subspace.json", path / "shared_subspace.safetensors"

@@ -8,7 +8,7 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError, ShapeError
+from interplab.core.errors import ConfigError, InputError, ShapeError
 
 
 DECODE_VARIANTS = ("plain", "boundary")

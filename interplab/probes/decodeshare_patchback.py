@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError, ShapeError
+from interplab.core.errors import ConfigError, InputError, ShapeError
 from interplab.probes.table_result import TableResult
 
 __all__ = ["DecodeRecord", "record_generation", "PatchbackResult", "patchback_rescue", "pick_transfer_donors",

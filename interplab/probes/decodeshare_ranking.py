@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError, ShapeError
+from interplab.core.errors import ConfigError, InputError, ShapeError
 from interplab.probes.table_result import TableResult
 
 __all__ = ["RankingResult", "steering_ranking", "ranking_metrics", "trad_edit", "decode_edit", "unit_rows"]

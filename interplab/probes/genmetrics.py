@@ -21,7 +21,7 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError
+from interplab.core.errors import ConfigError, InputError
 
 __all__ = [
     "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "is_loop", "loop_rate", "generation_metrics",

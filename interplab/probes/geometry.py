@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 
 __all__ = [
     "participation_ratio", "effective_rank", "pr_from_spectrum", "erank_from_spectrum", "covariance_spectrum",
@@ -365,7 +365,7 @@ class LayerGeometryResult:
         return float(row["delta_pr"])
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json, write_table
+        from interplab.core.io import write_arrays, write_json, write_table
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -379,7 +379,7 @@ class LayerGeometryResult:
 
     @classmethod
     def load(cls, path) -> "LayerGeometryResult":
-        from interplab.results.io import read_arrays, read_json, read_table
+        from interplab.core.io import read_arrays, read_json, read_table
 
         path = Path(path)
         if not (path / "layer_geometry.csv").exists():

@@ -25,7 +25,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 from interplab.probes.geometry import tokenize_texts
 
 __all__ = [
@@ -196,7 +196,7 @@ class TemperatureMatch:
         return pd.DataFrame({"temperature": self.temperatures, "base_entropy": self.curve})
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_json
+        from interplab.core.io import write_json
 
         path = Path(path)
         write_json(path / "temperature_match.json", asdict(self))
@@ -204,7 +204,7 @@ class TemperatureMatch:
 
     @classmethod
     def load(cls, path) -> "TemperatureMatch":
-        from interplab.results.io import read_json
+        from interplab.core.io import read_json
 
         return cls(**read_json(Path(path) / "temperature_match.json"))
 
@@ -274,14 +274,14 @@ class PerPositionTemperature:
                 "n_positions": int(self.T.size)}
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays
+        from interplab.core.io import write_arrays
 
         return write_arrays(Path(path) / "per_position_temperature.safetensors",
                             {"T": self.T, "target_entropy": self.target_entropy, "base_entropy": self.base_entropy})
 
     @classmethod
     def load(cls, path) -> "PerPositionTemperature":
-        from interplab.results.io import read_arrays
+        from interplab.core.io import read_arrays
 
         a = read_arrays(Path(path) / "per_position_temperature.safetensors")
         return cls(a["T"], a["target_entropy"], a["base_entropy"])
@@ -590,7 +590,7 @@ class RankReorderingResult:
         return df
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         path = Path(path)
         write_json(path / "rank_reordering.json", {"config": asdict(self.config), "summary": self.summary,
@@ -602,7 +602,7 @@ class RankReorderingResult:
 
     @classmethod
     def load(cls, path) -> "RankReorderingResult":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         path = Path(path)
         if not (path / "rank_reordering.json").exists():

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interplab.errors import InputError
+from interplab.core.errors import InputError
 from interplab.grammar import PCFG, next_token_logprobs
 from interplab.probes.pcfg_parse import (
     _collect, _fit_linear, _hf_layers, _is_labmodel, _kl_rows, _max_len_for, _n_layers, _random_init_like, _split,

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interplab.errors import InputError
+from interplab.core.errors import InputError
 from interplab.grammar import PCFG, next_token_logprobs, prefix, prefix_span_posteriors
 
 __all__ = ["pcfg_kl", "parse_probes", "kl_summary", "model_next_logprobs", "grammar_vocab", "to_model_ids",

@@ -18,7 +18,8 @@ from typing import Literal
 
 import numpy as np
 
-from interplab.errors import ConfigError, InputError, ShapeError
+from interplab.core.errors import ConfigError, InputError, ShapeError
+from interplab.core.shapes import as_2d as _as2d, orthonormalize
 
 __all__ = [
     "orthonormalize", "check_basis", "projector", "project_out", "principal_angles", "angle_summary",
@@ -26,34 +27,6 @@ __all__ = [
     "energy_pool", "alpha_matched_control", "k_matched_control", "cumulative_energy", "EnergyControl",
     "steering_overlap", "repair_vector",
 ]
-
-
-def _as2d(a, name: str) -> np.ndarray:
-    a = np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a)
-    if a.ndim != 2:
-        raise ShapeError(f"{name} must be a 2-D array [d, k]; got shape {a.shape}")
-    return a
-
-
-def orthonormalize(basis, *, tol: float = 1e-10) -> np.ndarray:
-    """An orthonormal basis [d, r] of span(basis) (Householder QR with signs fixed so diag(R) >= 0).
-
-    Columns that are (numerically) linearly dependent on earlier ones are dropped, so r = rank(basis); the result
-    spans exactly the same subspace, and its first j columns span the first j input columns when those are
-    independent."""
-    b = _as2d(basis, "basis").astype(np.float64, copy=False)
-    d, k = b.shape
-    if k == 0:
-        return np.zeros((d, 0))
-    if k > d:
-        raise ShapeError(f"basis has {k} columns but only {d} rows; a subspace of R^{d} has at most {d} dimensions")
-    q, r = np.linalg.qr(b)
-    diag = np.diag(r)
-    sign = np.where(diag < 0, -1.0, 1.0)
-    q = q * sign
-    scale = np.abs(diag).max() if diag.size else 0.0
-    keep = np.abs(diag) > tol * max(scale, 1e-300)
-    return np.ascontiguousarray(q[:, keep])
 
 
 def check_basis(basis, d: int | None = None, *, atol: float = 1e-6, name: str = "basis") -> np.ndarray:

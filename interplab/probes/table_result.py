@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import ClassVar
 
-from interplab.errors import ResultsError
+from interplab.core.errors import ResultsError
 
 
 class TableResult:
@@ -16,7 +16,7 @@ class TableResult:
     INFO_FILE: ClassVar[str] = "info.json"
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_json
+        from interplab.core.io import write_json
 
         p = Path(path)
         p.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError
+from interplab.core.errors import ConfigError
 
 
 def spearman(a, b) -> float:

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from interplab.errors import DataError, InputError
+from interplab.core.errors import DataError, InputError
 
 FORMATS = ("raw", "chat")
 

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from interplab.errors import ConfigError, DataError, ShapeError
+from interplab.core.errors import ConfigError, DataError, ShapeError
 
 RELEASED_DIR = Path("/work/shared/data/truthprobe_scores")
 

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, InputError, ShapeError
+from interplab.core.errors import ConfigError, InputError, ShapeError
 
 FOLD_KINDS = ("kfold", "stratified")
 

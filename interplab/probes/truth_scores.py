@@ -21,7 +21,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError, ResultsError, ShapeError
+from interplab.core.shapes import check_score_shape
+from interplab.core.errors import ConfigError, DataError, InputError, ResultsError, ShapeError
 from interplab.probes.truth_probe_core import FOLD_KINDS, fit_head_probes
 
 SITES = ("attn_z",)
@@ -179,7 +180,7 @@ class TruthScores:
     # ----- persistence -----
     def save(self, directory, overwrite: bool = False) -> Path:
         """Write arrays.safetensors, scores.csv and meta.json atomically into `directory`."""
-        from interplab.results.io import write_arrays, write_json, write_table
+        from interplab.core.io import write_arrays, write_json, write_table
 
         d = Path(directory)
         if (d / "meta.json").exists() and not overwrite:
@@ -199,7 +200,7 @@ class TruthScores:
 
     @classmethod
     def load(cls, directory) -> "TruthScores":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         d = Path(directory)
         if not (d / "meta.json").exists() or not (d / "arrays.safetensors").exists():
@@ -247,18 +248,6 @@ class TruthScores:
     def __repr__(self):
         return (f"TruthScores(model={self.model!r}, shape={self.scores.shape}, mean={self.scores.mean():.3f}, "
                 f"max={self.scores.max():.3f}, folds={self.fold_accuracy.shape[0]}, n_samples={self.n_samples})")
-
-
-def check_score_shape(scores, n_layers: int, n_heads: int) -> np.ndarray:
-    """Assert a map is [n_layers, n_heads]; a transposed map gets a message saying so."""
-    s = np.asarray(scores)
-    if s.shape == (n_layers, n_heads):
-        return s
-    hint = ""
-    if s.shape == (n_heads, n_layers):
-        hint = " It looks transposed ([head, layer]); Truth-Score maps are indexed [layer, query head]."
-    raise ShapeError(f"score map has shape {s.shape}, but the model has n_layers={n_layers}, n_heads={n_heads} "
-                     f"(expected ({n_layers}, {n_heads})).{hint}")
 
 
 def _scores_from_fit(fit, cfg, y, model, provenance) -> TruthScores:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from interplab.errors import InputError, ShapeError
+from interplab.core.errors import InputError, ShapeError
 
 
 def _dims(m):

@@ -1,5 +1,5 @@
 """Results: atomic file writes (`io`) and run directories (`runs`)."""
-from interplab.results.io import (
+from interplab.core.io import (
     read_arrays,
     read_json,
     read_table,

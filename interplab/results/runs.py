@@ -28,8 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
-from interplab.errors import InputError, ResultsError
-from interplab.results.io import read_arrays, read_json, read_table, write_arrays, write_json, write_table, write_text
+from interplab.core.errors import InputError, ResultsError
+from interplab.core.io import read_arrays, read_json, read_table, write_arrays, write_json, write_table, write_text
 
 __all__ = [
     "RunDir",
@@ -176,7 +176,7 @@ class RunDir:
             raise ResultsError(f"run {self.name!r} is {self.status}; its files can no longer change "
                                "(start a new run instead)")
 
-    def _target(self, sub: str, name: str, suffix: str, overwrite: bool) -> Path:
+    def target(self, sub: str, name: str, suffix: str, overwrite: bool) -> Path:
         self._check_writable()
         _check_name("artifact name", name)
         rel = f"{sub}/{name}{suffix}" if sub else f"{name}{suffix}"
@@ -185,7 +185,7 @@ class RunDir:
             raise ResultsError(f"{rel} already exists in run {self.name!r}; pass overwrite=True to replace it")
         return target
 
-    def _record(self, target: Path, kind: str) -> Path:
+    def record(self, target: Path, kind: str) -> Path:
         self._files[target.relative_to(self.path).as_posix()] = kind
         return target
 
@@ -238,7 +238,7 @@ class RunDir:
     # -- artifacts ---------------------------------------------------------------------------------------------
     def save_config(self, cfg: Any, *, overwrite: bool = False) -> Path:
         """config.json: the config's fields plus versions, seed (if the config has one) and a timestamp."""
-        target = self._target("", "config", ".json", overwrite)
+        target = self.target("", "config", ".json", overwrite)
         d = config_to_dict(cfg)
         cls = type(cfg)
         payload = {
@@ -253,16 +253,16 @@ class RunDir:
         }
         payload["interplab_version"] = payload["versions"]["interplab"]
         write_json(target, payload)
-        return self._record(target, "config")
+        return self.record(target, "config")
 
     def save_arrays(self, name: str, arrays: Mapping[str, Any], *, overwrite: bool = False,
                     metadata: Mapping[str, str] | None = None) -> Path:
         """arrays/<name>.safetensors from a dict of numpy arrays / torch tensors."""
         if not isinstance(arrays, Mapping) or not arrays:
             raise InputError(f"save_arrays({name!r}) needs a non-empty dict of arrays")
-        target = self._target("arrays", name, ".safetensors", overwrite)
+        target = self.target("arrays", name, ".safetensors", overwrite)
         write_arrays(target, arrays, metadata=metadata)
-        return self._record(target, "arrays")
+        return self.record(target, "arrays")
 
     def save_table(self, name: str, df, fmt: str = "csv", *, overwrite: bool = False) -> Path:
         """tables/<name>.csv or .parquet from a pandas DataFrame."""
@@ -273,36 +273,21 @@ class RunDir:
         other = "parquet" if fmt == "csv" else "csv"
         if (self.path / "tables" / f"{name}.{other}").exists():
             raise ResultsError(f"table {name!r} is already saved as .{other} in this run")
-        target = self._target("tables", name, f".{fmt}", overwrite)
+        target = self.target("tables", name, f".{fmt}", overwrite)
         write_table(target, df)
-        return self._record(target, "table")
+        return self.record(target, "table")
 
     def save_json(self, name: str, obj: Any, *, overwrite: bool = False) -> Path:
         """json/<name>.json (numpy scalars/arrays, Paths and dataclasses are converted)."""
-        target = self._target("json", name, ".json", overwrite)
+        target = self.target("json", name, ".json", overwrite)
         write_json(target, obj)
-        return self._record(target, "json")
+        return self.record(target, "json")
 
-    def save_figure(self, name: str, fig, formats=("html",), *, overwrite: bool = False) -> list[Path]:
-        """figures/<name>.plotly.json (so `interplab export` can re-render it) plus one file per format."""
-        from interplab.figures.export import SUPPORTED_FORMATS, export
-
-        if isinstance(formats, str):
-            formats = (formats,)
-        bad = [f for f in formats if str(f).lower().lstrip(".") not in SUPPORTED_FORMATS]
-        if bad:
-            raise InputError(f"figure formats {bad} not supported; use any of {SUPPORTED_FORMATS}")
-        if not hasattr(fig, "to_json"):
-            raise InputError(f"save_figure({name!r}) needs a plotly Figure, got {type(fig).__name__}")
-        target = self._target("figures", name, ".plotly.json", overwrite)
-        write_text(target, fig.to_json())
-        paths = [self._record(target, "figure")]
-        for f in formats:
-            f = str(f).lower().lstrip(".")
-            out = self._target("figures", name, f".{f}", overwrite)
-            export(fig, out)
-            paths.append(self._record(out, f"figure-{f}"))
-        return paths
+    def save_result(self, name: str, result, *, overwrite: bool = False) -> Path:
+        """<name>/ holding a saved `interplab.core.result.Result` (reload with `LoadedRun.result(name)`)."""
+        target = self.target("", name, "", overwrite)
+        result.save(target, overwrite=overwrite)
+        return self.record(target, "result")
 
 
 def new_run(kind: str, config: Any = None, root: str | os.PathLike | None = None,
@@ -400,6 +385,18 @@ class LoadedRun:
         if not p.exists():
             raise self._missing("json", name, self.json_names)
         return read_json(p)
+
+    @property
+    def result_names(self) -> list[str]:
+        return sorted(k for k, v in self.manifest.get("files", {}).items() if v == "result")
+
+    def result(self, name: str):
+        """The `Result` saved with `run.save_result(name, ...)` (its class must be importable)."""
+        from interplab.core.result import Result
+
+        if name not in self.result_names:
+            raise self._missing("result", name, self.result_names)
+        return Result.load_any(self.path / name)
 
     def figure(self, name: str):
         p = self.path / "figures" / f"{name}.plotly.json"

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError
+from interplab.core.errors import ConfigError, DataError, InputError
 
 # interplab site kind -> TransformerLens (legacy) hook suffix used by SAELens metadata.
 _SITE_TO_HOOK = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Sequence
 
-from interplab.errors import ConfigError
+from interplab.core.errors import ConfigError
 
 
 def _ngram_hashes(sample: Any, n: int) -> set[bytes]:

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 
 
 class ReconstructionAccumulator:

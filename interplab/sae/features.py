@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, InputError
+from interplab.core.errors import ConfigError, InputError
 
 
 @dataclass
@@ -117,7 +117,7 @@ class FeatureStats:
                "logit_bottom_vals", "special_ids", "special_scores", "special_counts")
 
     def save(self, d: str | Path) -> Path:
-        from interplab.results.io import write_arrays, write_json
+        from interplab.core.io import write_arrays, write_json
 
         d = Path(d)
         write_arrays(d / "feature_stats.safetensors", {k: np.ascontiguousarray(getattr(self, k)) for k in self._ARRAYS})
@@ -129,7 +129,7 @@ class FeatureStats:
 
     @classmethod
     def load(cls, d: str | Path) -> "FeatureStats":
-        from interplab.results.io import read_arrays, read_json
+        from interplab.core.io import read_arrays, read_json
 
         d = Path(d)
         arr = read_arrays(d / "feature_stats.safetensors")
@@ -146,7 +146,7 @@ class FeatureStats:
 def logit_effects(sae: Any, W_U: torch.Tensor, n: int = 10) -> tuple[torch.Tensor, ...]:
     """(top_ids, top_vals, bottom_ids, bottom_vals), each [F, n], of W_dec @ W_U^T. W_U: [V, d] (HF layout)."""
     if W_U.ndim != 2 or W_U.shape[1] != sae.cfg.d_in:
-        from interplab.errors import ShapeError
+        from interplab.core.errors import ShapeError
         raise ShapeError(f"W_U must be [V, {sae.cfg.d_in}], got {tuple(W_U.shape)}")
     eff = sae.W_dec.detach().float() @ W_U.detach().float().T.to(sae.W_dec.device)
     n = min(n, eff.shape[1])

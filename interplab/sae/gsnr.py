@@ -11,7 +11,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from interplab.errors import ConfigError, DataError, ShapeError
+from interplab.core.errors import ConfigError, DataError, ShapeError
 
 
 class GSNRAccumulator:

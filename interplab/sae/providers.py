@@ -17,8 +17,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError
-from interplab.interventions.base import Edit
+from interplab.core.errors import ConfigError, DataError, InputError
+from interplab.core.edit import Edit
 from interplab.sae._util import chat_ids, is_dialogue, text_ids
 
 
@@ -95,7 +95,7 @@ class ActivationProvider:
 
     def __init__(self, model: Any, site: str, *, micro_batch: int, shuffle: bool, seed: int, repeat: bool,
                  exclude_token_ids: Sequence[int] = ()):
-        from interplab.sites import parse_site
+        from interplab.core.sites import parse_site
 
         parse_site(site, model.n_layers)  # raises SiteError listing valid sites
         if micro_batch <= 0:

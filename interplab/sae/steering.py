@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import torch
 
-from interplab.errors import ConfigError, InputError, ShapeError
-from interplab.interventions.base import PHASES, Edit
+from interplab.core.errors import ConfigError, InputError, ShapeError
+from interplab.core.edit import PHASES, Edit
 
 
 class SAESplice(Edit):
@@ -158,7 +158,7 @@ class SteeringSweepResult:
         return df.groupby("alpha")[cols].mean().reset_index()
 
     def save(self, d: str | Path) -> Path:
-        from interplab.results.io import write_json, write_table
+        from interplab.core.io import write_json, write_table
 
         d = Path(d)
         write_json(d / "steering_config.json", {"config": asdict(self.config), "sae_path": self.sae_path,
@@ -171,7 +171,7 @@ class SteeringSweepResult:
 
     @classmethod
     def load(cls, d: str | Path) -> "SteeringSweepResult":
-        from interplab.results.io import read_json, read_table
+        from interplab.core.io import read_json, read_table
 
         d = Path(d)
         meta = read_json(d / "steering_config.json")

@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError, ShapeError
-from interplab.results.io import write_arrays, write_json, write_table
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.io import write_arrays, write_json, write_table
 
 ARCHITECTURES = ("standard", "jumprelu", "topk", "batchtopk", "gated")
 METHODS = ("fast", "block", "activations")
@@ -392,7 +392,7 @@ def train_sae(model: Any, data: Any, *, site: str | None = None, method: str = "
     cfg = config.resolved()
     out_dir = Path(out_dir)
     if (out_dir / "cfg.json").exists() and not overwrite:
-        from interplab.errors import ResultsError
+        from interplab.core.errors import ResultsError
         raise ResultsError(f"{out_dir} already holds an SAE; pass overwrite=True or choose another out_dir")
 
     provider = _resolve_provider(model, data, cfg)
@@ -495,7 +495,7 @@ def _resolve_provider(model: Any, data: Any, cfg: SAETrainConfig):
 
 def load_train_info(sae_dir: str | Path) -> dict:
     """interplab_train.json of a directory written by train_sae ({} for SAEs trained elsewhere)."""
-    from interplab.results.io import read_json
+    from interplab.core.io import read_json
 
     p = Path(sae_dir) / TRAIN_CONFIG_FILENAME
     return read_json(p) if p.exists() else {}
@@ -503,7 +503,7 @@ def load_train_info(sae_dir: str | Path) -> dict:
 
 def load_training_log(sae_dir: str | Path):
     import pandas as pd
-    from interplab.results.io import read_table
+    from interplab.core.io import read_table
 
     p = Path(sae_dir) / TRAIN_LOG_FILENAME
     return read_table(p) if p.exists() else pd.DataFrame()

@@ -30,7 +30,7 @@ class ArchConfig:
         return asdict(self)
 
     def hf_config(self, vocab_size: int, bos_id: int | None = None, eos_id=None, pad_id: int | None = None):
-        from interplab.errors import ConfigError
+        from interplab.core.errors import ConfigError
 
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_heads {self.n_heads} must be a multiple of n_kv_heads {self.n_kv_heads}")

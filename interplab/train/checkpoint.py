@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from interplab.errors import CheckpointError, ResultsError
+from interplab.core.errors import CheckpointError, ResultsError
 
 WEIGHTS = "model.safetensors"
 TRAIN_INFO = "interplab_train.json"
@@ -36,7 +36,7 @@ def save_checkpoint(model, tokenizer, out_dir, *, train_info: Mapping[str, Any] 
     checkpoint or the complete new one. Refuses to replace an existing directory unless `overwrite`.
     stop_token_ids: generation stop ids stored in generation_config (e.g. [<eos>, <|im_end|>] for chat models).
     """
-    from interplab.results.io import write_json
+    from interplab.core.io import write_json
 
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
@@ -129,7 +129,7 @@ def load_checkpoint(path, dtype=None, device=None):
 
 
 def read_train_info(path) -> dict:
-    from interplab.results.io import read_json
+    from interplab.core.io import read_json
 
     f = Path(path) / TRAIN_INFO
     return read_json(f) if f.is_file() else {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-from interplab.errors import ConfigError
+from interplab.core.errors import ConfigError
 
 
 @dataclass

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from interplab.errors import ConfigError, MissingDependencyError
+from interplab.core.errors import ConfigError, MissingDependencyError
 from interplab.train.config import TrainConfig, TrainResult
 from interplab.train.trainer import train
 
@@ -62,9 +62,9 @@ def load_for_finetune(parent: Any):
     if isinstance(parent, (str, Path)):
         p = str(parent)
         if p.startswith("zoo:"):
-            from interplab.zoo.resolve import resolve
+            from interplab.models.loading import resolve_checkpoint
 
-            p = resolve(p[4:])
+            p = resolve_checkpoint(p)[1]
         model, tok = load_checkpoint(p)
         return model, tok
     return parent, None

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError
+from interplab.core.errors import ConfigError, DataError, InputError
 
 __all__ = [
     "HyperfitConfig", "HyperfitResult", "hyperfit", "late_stage_lora", "full_lora", "early_stage_lora",
@@ -123,13 +123,13 @@ class HyperfitResult:
         return d
 
     def save(self, path) -> Path:
-        from interplab.results.io import write_json
+        from interplab.core.io import write_json
 
         return write_json(Path(path) / "hyperfit.json", self.to_dict())
 
     @classmethod
     def load(cls, path) -> "HyperfitResult":
-        from interplab.results.io import read_json
+        from interplab.core.io import read_json
 
         p = Path(path)
         p = p if p.suffix == ".json" else p / "hyperfit.json"

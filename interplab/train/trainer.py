@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from interplab.errors import ConfigError, DataError, ShapeError
+from interplab.core.errors import ConfigError, DataError, ShapeError
 
 
 from interplab.train.config import TrainConfig, TrainResult, _progress_step, lr_lambda  # noqa: E402,F401
@@ -132,7 +132,7 @@ def save_resumable(out_dir, model, opt, sched, step: int, result: TrainResult, c
     """Write checkpoints/step_{step}/ (model + optimiser + scheduler + rng + losses) atomically."""
     from safetensors.torch import save_file
 
-    from interplab.results.io import write_json
+    from interplab.core.io import write_json
 
     root = Path(out_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -164,7 +164,7 @@ def save_resumable(out_dir, model, opt, sched, step: int, result: TrainResult, c
 def load_resumable(ckpt: Path, model, opt, sched) -> tuple[int, TrainResult]:
     from safetensors.torch import load_file
 
-    from interplab.results.io import read_json
+    from interplab.core.io import read_json
 
     sd = load_file(str(ckpt / "model.safetensors"))
     model.load_state_dict(sd, strict=True)

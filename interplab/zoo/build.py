@@ -5,7 +5,7 @@ import shutil
 import time
 from pathlib import Path
 
-from interplab.errors import ResultsError
+from interplab.core.errors import ResultsError
 
 
 def train_organism(name: str, *, steps: int | None = None, out: str | Path | None = None, force: bool = False,

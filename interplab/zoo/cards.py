@@ -23,7 +23,7 @@ def _curve(log: list[dict], max_points: int = 40) -> list[dict]:
 
 def write_card(recipe, out_dir, report: dict) -> dict:
     """Write card.json + MODEL_CARD.md for a freshly built checkpoint and return the card dict."""
-    from interplab.results.io import write_json, write_text
+    from interplab.core.io import write_json, write_text
 
     out_dir = Path(out_dir)
     tr = report.get("train", {})
@@ -100,7 +100,7 @@ def render_card_md(card: dict) -> str:
 
 
 def read_card(path) -> dict:
-    from interplab.results.io import read_json
+    from interplab.core.io import read_json
 
     f = Path(path) / CARD_JSON
     return read_json(f) if f.is_file() else {}

@@ -33,7 +33,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from interplab.errors import InterplabError
+    from interplab.core.errors import InterplabError
     from interplab.zoo.cards import read_card
     from interplab.zoo.registry import get_recipe, list_organisms
 

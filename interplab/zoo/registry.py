@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from interplab.errors import ConfigError, ModelNotFoundError
+from interplab.core.errors import ConfigError, ModelNotFoundError
 
 
 @dataclass

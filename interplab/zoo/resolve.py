@@ -1,42 +1,16 @@
-"""zoo name -> checkpoint directory.
+"""zoo name -> checkpoint directory, with the recipe registry's word on unknown or unbuilt organisms.
 
-Search order: the weights shipped inside the package (`interplab/zoo/weights/<name>/`), then the user zoo
-(`$INTERPLAB_HOME/zoo/<name>`, default `~/.interplab/zoo/<name>`). A directory that exists but has missing or corrupt
-weights raises `CheckpointError`; it is never rebuilt silently.
+The directory lookup itself (shipped weights first, then the user zoo) lives in `interplab.models.zoo_dirs`, below
+the loader that needs it; this module adds what only the zoo knows: which names have recipes and how to build them.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from interplab.errors import ModelNotFoundError
-
-SHIPPED_DIR = Path(__file__).resolve().parent / "weights"
-
-
-def interplab_home() -> Path:
-    return Path(os.environ.get("INTERPLAB_HOME") or Path.home() / ".interplab").expanduser()
-
-
-def user_zoo_dir() -> Path:
-    return interplab_home() / "zoo"
-
-
-def candidates(name: str) -> list[Path]:
-    return [SHIPPED_DIR / name, user_zoo_dir() / name]
-
-
-def _present(d: Path) -> bool:
-    # a directory counts as "there" once it holds anything but hidden temp files
-    return d.is_dir() and any(not p.name.startswith(".") for p in d.iterdir())
-
-
-def find(name: str) -> Path | None:
-    """The first existing checkpoint directory for `name` (not validated), or None."""
-    for d in candidates(name):
-        if _present(d):
-            return d
-    return None
+from interplab.core.errors import ModelNotFoundError
+from interplab.models.zoo_dirs import SHIPPED_DIR, candidates, find, interplab_home, user_zoo_dir  # noqa: F401
+from interplab.train.checkpoint import validate_checkpoint
+from interplab.zoo.registry import get_recipe
 
 
 def resolve(name: str) -> Path:
@@ -45,9 +19,6 @@ def resolve(name: str) -> Path:
     Raises ModelNotFoundError for an unknown name (listing the known ones) or a known but unbuilt organism (saying
     `interplab zoo train <name>`), and CheckpointError for a directory with missing/corrupt weights.
     """
-    from interplab.train.checkpoint import validate_checkpoint
-    from interplab.zoo.registry import get_recipe
-
     name = name[4:] if name.startswith("zoo:") else name
     get_recipe(name)  # unknown -> ModelNotFoundError listing known names
     d = find(name)

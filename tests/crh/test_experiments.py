@@ -35,7 +35,7 @@ def test_crh_toy_experiment_on_random_checkpoint(tmp_path, checkpoint_factory):
 
 
 def test_toy_data_without_fallback_says_what_to_do(llama):
-    from interplab.errors import ConfigError
+    from interplab.core.errors import ConfigError
     from interplab.experiments.crh import toy_concept_data
 
     m = llama

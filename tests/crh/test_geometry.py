@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from interplab.errors import DataError, InputError, ShapeError
+from interplab.core.errors import DataError, InputError, ShapeError
 from interplab.probes.crh_geometry import (
     Cylinder, PairwiseTest, PenaltyMap, SectorMap, activation_auc, activation_margin, angle_between,
     first_activation, fit_cylinder, max_principal_angle, pairwise_test, penalty_grid, penalty_vector,

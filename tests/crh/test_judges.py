@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from interplab.errors import InputError
+from interplab.core.errors import InputError
 from interplab.probes.crh_judges import GibberishFilter, LLMJudge, TokenSetJudge, check_labels
 
 

@@ -159,7 +159,7 @@ def test_smoke_wu_direction_raises_concept_rate(model):
 
 
 def test_generate_concept_pairs_and_menu(model, tmp_path):
-    from interplab.errors import DataError
+    from interplab.core.errors import DataError
     from interplab.probes.crh import generate_concept_pairs, load_concept_menu
 
     cp = generate_concept_pairs(model, ["w1 w2", "w3"], "w20 w21", max_new_tokens=3, filter_judge=_judge())

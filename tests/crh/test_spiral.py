@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from interplab.errors import InputError
+from interplab.core.errors import InputError
 from interplab.probes.crh_spiral import (SpiralProbe, SteeringVectors, first_difference, optimise_steering_vectors,
                                          spiral_probe)
 
@@ -107,7 +107,7 @@ def test_spiral_probe_fits_and_roundtrip(tiny, tmp_path):
 
 
 def test_crh_spiral_is_registered_and_prompts_differ_in_one_token():
-    from interplab.errors import ConfigError
+    from interplab.core.errors import ConfigError
     from interplab.experiments.crh import toy_spiral_prompts
     from interplab.experiments.registry import get_experiment
 

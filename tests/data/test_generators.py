@@ -10,7 +10,7 @@ from interplab.data.ctxmem import CtxMem, CtxMemConfig, memory_map
 from interplab.data.examples import Example, collate, encode, is_heldout, sample_examples
 from interplab.data.multitask import Multitask
 from interplab.data.toy_tasks import TOY_TASKS, toy_mixture, toy_task_fns
-from interplab.errors import ConfigError
+from interplab.core.errors import ConfigError
 
 
 @pytest.fixture(scope="module")

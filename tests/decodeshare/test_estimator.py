@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from interplab.errors import ConfigError, InputError, ResultsError, ShapeError
+from interplab.core.errors import ConfigError, InputError, ResultsError, ShapeError
 from interplab.probes.decodeshare import (
     SharedSubspace, bootstrap_ci, loto_subspaces, match_state_counts, null_permutation, null_rotation,
     paired_signflip_test, planted_factor_states, shared_subspace,

@@ -38,7 +38,7 @@ def test_multitask_sets_candidates(toy_random):
 def test_decodeshare_experiment_runs_end_to_end(toy_random, tmp_path):
     from interplab.experiments.registry import run_experiment
     from interplab.probes.decodeshare import SharedSubspace
-    from interplab.results.io import read_json, read_table
+    from interplab.core.io import read_json, read_table
 
     path = run_experiment("decodeshare", {
         "model": str(toy_random), "tasks": "copy,rev,inc,mc", "n_calib": 6, "n_eval": 4, "null_perm_B": 50,
@@ -75,7 +75,7 @@ def test_decodeshare_experiment_runs_end_to_end(toy_random, tmp_path):
 @pytest.mark.slow
 def test_decodeshare_layers_experiment(toy_random, tmp_path):
     from interplab.experiments.registry import run_experiment
-    from interplab.results.io import read_table
+    from interplab.core.io import read_table
 
     path = run_experiment("decodeshare-layers", {
         "model": str(toy_random), "tasks": "copy,rev,mc", "n_calib": 5, "null_perm_B": 30, "null_rot_B": 2,
@@ -92,7 +92,7 @@ def test_decodeshare_patchback_part_runs(toy_random, tmp_path):
     """parts=patchback alone: the tables are written (a random model flips nothing it got right, so the rescue table
     may be empty; the rates themselves are tested on a random Llama in test_patchback.py)."""
     from interplab.experiments.registry import run_experiment
-    from interplab.results.io import read_json
+    from interplab.core.io import read_json
 
     path = run_experiment("decodeshare", {
         "model": str(toy_random), "tasks": "copy,rev", "n_calib": 6, "n_eval": 4, "null_perm_B": 20,

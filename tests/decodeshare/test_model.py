@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from interplab.errors import ConfigError, InputError
-from interplab.interventions.base import PHASES
+from interplab.core.errors import ConfigError, InputError
+from interplab.core.edit import PHASES
 from interplab.interventions.projection import SubspaceProjection, teacher_forced
 from interplab.probes.decodeshare import (
     collect_decode_states, collect_prefill_states, generate_exact_match, score_forced_choice,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from interplab.errors import InputError, ShapeError
+from interplab.core.errors import InputError, ShapeError
 from interplab.interventions.patchback import SubspacePatchback, parse_window, window_label
 from interplab.interventions.projection import SubspaceProjection
 from interplab.probes.decodeshare_patchback import patchback_rescue, pick_transfer_donors, PatchbackResult

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from interplab.errors import ConfigError, InputError, ShapeError
+from interplab.core.errors import ConfigError, InputError, ShapeError
 from interplab.probes.subspaces import (
     alpha_matched_control, check_basis, cumulative_energy, energy_pool, energy_ratio, haar_basis, k_matched_control,
     mean_energy, orthonormalize, principal_angles, project_out, projector, repair_vector, steering_overlap,

@@ -6,7 +6,7 @@ import re
 import plotly.graph_objects as go
 import pytest
 
-from interplab.errors import InputError, MissingDependencyError
+from interplab.core.errors import InputError, MissingDependencyError
 from interplab.figures.export import chromium_available, export, find_chromium, render
 from interplab.figures.style import apply_style
 

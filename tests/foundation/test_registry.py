@@ -8,7 +8,7 @@ from typing import Literal, Optional
 
 import pytest
 
-from interplab.errors import ConfigError
+from interplab.core.errors import ConfigError
 from interplab.experiments import registry as reg
 from interplab.results import list_runs, load_run
 

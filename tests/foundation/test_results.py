@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from interplab.errors import InputError, ResultsError
+from interplab.core.errors import InputError, ResultsError
 from interplab.results import list_runs, load_run, new_run
+from interplab.figures.export import save_figure
 
 
 @dataclass
@@ -35,7 +36,7 @@ def test_round_trip_all_artifacts(tmp_path):
         run.save_table("top", _df())
         run.save_table("top_pq", _df(), fmt="parquet")
         run.save_json("summary", {"acc": np.float32(0.25), "n": np.int64(3)})
-        run.save_figure("bars", fig)
+        save_figure(run, "bars", fig)
     final = run.path
     assert final.is_dir() and not final.name.startswith(".")
     assert not (final.parent / f".{final.name}.partial").exists()

@@ -6,7 +6,7 @@ import time
 import pytest
 
 import interplab
-from interplab.errors import CheckpointError, InputError, InterplabError, ModelNotFoundError, SiteError
+from interplab.core.errors import CheckpointError, InputError, InterplabError, ModelNotFoundError, SiteError
 
 
 def test_unknown_hub_id_fails_fast_offline():

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from interplab.interventions import Ablate, Steer
-from interplab.sites import LAYER_KINDS
+from interplab.core.sites import LAYER_KINDS
 
 ARCHS = ("gpt2", "llama", "qwen2", "mistral")
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10"]

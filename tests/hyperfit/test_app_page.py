@@ -19,7 +19,7 @@ def test_layer_geometry_page(tmp_path_factory, monkeypatch):
 
     # hide the shipped organisms so the first render takes the "model not available" path (fast, deterministic)
     empty = tmp_path_factory.mktemp("no_zoo")
-    monkeypatch.setattr(importlib.import_module("interplab.zoo.resolve"), "SHIPPED_DIR", empty / "shipped")
+    monkeypatch.setattr(importlib.import_module("interplab.models.zoo_dirs"), "SHIPPED_DIR", empty / "shipped")
     monkeypatch.setenv("INTERPLAB_HOME", str(empty / "home"))
 
     root = tmp_path_factory.mktemp("geo_app")

@@ -98,7 +98,7 @@ def test_comparison_delta_and_context_dependence():
 def test_static_bias_edit_values():
     delta = torch.tensor([0.0, 1.0, -2.0])
     e = StaticLogitBias(delta, alpha=0.5)
-    from interplab.interventions.base import StepContext
+    from interplab.core.edit import StepContext
 
     ctx = StepContext("prefill", -1, torch.arange(2)[None], torch.tensor([2]), torch.ones(1, 2, dtype=torch.bool))
     x = torch.zeros(1, 2, 3)
@@ -121,7 +121,7 @@ def test_temperature_of_model_against_itself_is_one(hf_pair):
 def test_greedy_generation_identical_across_temperature_scaling(hf_pair):
     """Scaling the logits by 1/T (a logits Edit) never changes greedy decoding."""
     a, _, texts = hf_pair
-    from interplab.interventions.base import Edit
+    from interplab.core.edit import Edit
 
     class Scale(Edit):
         sites = ("logits",)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from interplab.errors import ShapeError
+from interplab.core.errors import ShapeError
 from interplab.probes.geometry import (
     CovarianceAccumulator, PairedStatsAccumulator, covariance_spectrum, effective_rank, erank_from_spectrum,
     participation_ratio, pr_from_spectrum, twonn_dimension,

@@ -23,7 +23,7 @@ def test_layer_specs():
     assert lora_layer_indices("first:2", 5) == [0, 1]
     assert lora_layer_indices("all", 3) == [0, 1, 2]
     assert lora_layer_indices("1,3", 5) == [1, 3]
-    from interplab.errors import ConfigError
+    from interplab.core.errors import ConfigError
     with pytest.raises(ConfigError):
         lora_layer_indices("last:9", 5)
 

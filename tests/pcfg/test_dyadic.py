@@ -8,7 +8,7 @@ import torch
 from interplab.grammar import inside, layered, log_prob, next_token_logprobs, random_cnf, uniform_binary
 from interplab.grammar.dyadic import (DyadicUndefinedError, dyadic_inside, dyadic_sizes,
                                       truncated_next_token_logprobs)
-from interplab.errors import ConfigError, InputError
+from interplab.core.errors import ConfigError, InputError
 
 torch.set_num_threads(1)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 from interplab.grammar import (PCFG, LongSampleWarning, NonTightGrammarError, hand_grammar, layered, log_prob,
                                random_cnf, uniform_binary, EXAMPLES)
 

@@ -66,7 +66,7 @@ def test_gsnr_gaussian_toy_within_2pct():
 
 
 def test_gsnr_needs_two_samples():
-    from interplab.errors import DataError
+    from interplab.core.errors import DataError
 
     acc = GSNRAccumulator()
     acc.update({"w": torch.ones(3)})

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from interplab.errors import ConfigError, DataError, InputError
+from interplab.core.errors import ConfigError, DataError, InputError
 from interplab.sae import evaluate_sae
 from interplab.sae._util import assistant_token_mask, chat_ids
 from interplab.sae.evals import kl_per_row, next_token_ce

@@ -141,7 +141,7 @@ def test_block_provider_texts_bt_p(llama):
 
 
 def test_provider_errors(llama, dialogues):
-    from interplab.errors import InputError, SiteError
+    from interplab.core.errors import InputError, SiteError
 
     with pytest.raises(SiteError):
         fast_provider(llama, dialogues, site="resid_post.9")

@@ -167,7 +167,7 @@ def test_training_reduces_loss(tmp_path):
 
 
 def test_errors(tmp_path):
-    from interplab.errors import ConfigError, DataError, InputError, ResultsError
+    from interplab.core.errors import ConfigError, DataError, InputError, ResultsError
 
     with pytest.raises(ConfigError):
         train_sae(None, _synthetic(), method="activations", architecture="nope", out_dir=tmp_path / "a")

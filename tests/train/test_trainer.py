@@ -9,7 +9,7 @@ import torch
 
 from interplab.data.toy_tasks import TOY_TASKS, toy_mixture
 from interplab.data.toy_vocab import build_toy_tokenizer
-from interplab.errors import CheckpointError, DataError, ResultsError
+from interplab.core.errors import CheckpointError, DataError, ResultsError
 from interplab.train.arch import ArchConfig, build_model
 from interplab.train.config import TrainConfig, lr_lambda
 from interplab.train.trainer import lm_loss, normalize_batch, train

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from interplab.errors import ShapeError
+from interplab.core.errors import ShapeError
 from interplab.interventions.head_gate import HeadGate, gate_summary, truth_gates
 from interplab.probes.truth_lineage import (RELEASED_DIR, RELEASED_PAIRS, correlation_matrix, lineage_correlation,
                                             lineage_table, load_released_maps, per_layer_correlation, rankdata,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from interplab.errors import ShapeError
+from interplab.core.errors import ShapeError
 from interplab.probes.truth_probe_core import fit_head_probes, kfold_splits, stratified_splits
 from interplab.probes.truth_scores import TruthScores, TruthScoresConfig, truth_scores_from_activations
 

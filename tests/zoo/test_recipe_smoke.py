@@ -21,7 +21,7 @@ SMOKE = {
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(resolve_mod, "SHIPPED_DIR", tmp_path / "shipped")
+    monkeypatch.setattr(importlib.import_module("interplab.models.zoo_dirs"), "SHIPPED_DIR", tmp_path / "shipped")
     return tmp_path
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from interplab.errors import CheckpointError, ModelNotFoundError, ResultsError
+from interplab.core.errors import CheckpointError, ModelNotFoundError, ResultsError
 import importlib
 
 from interplab.zoo import registry
@@ -18,7 +18,7 @@ resolve_mod = importlib.import_module("interplab.zoo.resolve")  # the module (in
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(resolve_mod, "SHIPPED_DIR", tmp_path / "shipped")  # isolate from the shipped weights
+    monkeypatch.setattr(importlib.import_module("interplab.models.zoo_dirs"), "SHIPPED_DIR", tmp_path / "shipped")  # isolate from the shipped weights
     return tmp_path
 
 

@@ -13,7 +13,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · Truth Scores", page_icon=":microscope:", layout="wide")
 
 from interplab.app.widgets import model_picker, require_model, show_figure  # noqa: E402
-from interplab.errors import InterplabError  # noqa: E402
+from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures import truth_scores as F  # noqa: E402
 from interplab.interventions.head_gate import GATE_SITES, HeadGate, gate_summary, truth_gates  # noqa: E402
 from interplab.probes.truth_lineage import (RELEASED_DIR, RELEASED_PAIRS, correlation_matrix,  # noqa: E402

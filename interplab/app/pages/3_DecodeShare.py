@@ -12,7 +12,7 @@ st.set_page_config(page_title="interplab · DecodeShare", page_icon=":microscope
 
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
-from interplab.errors import InterplabError  # noqa: E402
+from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.experiments.decodeshare import (  # noqa: E402
     ALL_TASKS, DecodeShareConfig, multitask_sets, resolve_format, run_decodeshare,
 )

@@ -15,7 +15,7 @@ st.set_page_config(page_title="interplab · CRH", page_icon=":microscope:", layo
 
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
-from interplab.errors import InterplabError  # noqa: E402
+from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.crh import (cylinder_scene, pairwise_scatter, penalty_heatmaps,  # noqa: E402
                                    sector_polar)
 from interplab.probes import crh  # noqa: E402

@@ -10,7 +10,7 @@ st.set_page_config(page_title="interplab · PCFG", page_icon=":deciduous_tree:",
 
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, show_figure  # noqa: E402
-from interplab.errors import InterplabError  # noqa: E402
+from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.pcfg import (kl_by_position_figure, lstar_figure, next_token_figure,  # noqa: E402
                                     parse_tree_figure, probe_curves_figure, local_to_global_heatmap)
 from interplab.grammar import EXAMPLES, PCFG, next_token_logprobs, prefix_span_posteriors, viterbi  # noqa: E402

@@ -11,7 +11,7 @@ st.set_page_config(page_title="interplab · Layer Geometry", page_icon=":microsc
 
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import require_model, show_figure  # noqa: E402
-from interplab.errors import InterplabError  # noqa: E402
+from interplab.core.errors import InterplabError  # noqa: E402
 
 st.title("Layer Geometry")
 st.caption("Hyperfitting (training to near-zero loss on a few sequences) makes greedy text less repetitive. Is it just "

@@ -10,7 +10,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · SAE Training", page_icon=":microscope:", layout="wide")
 
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
-from interplab.errors import InterplabError  # noqa: E402
+from interplab.core.errors import InterplabError  # noqa: E402
 
 st.title("SAE Training")
 st.caption("Train sparse autoencoders with SAELens's trainer on FAST (one chat-templated dialogue per forward) or "
@@ -25,7 +25,7 @@ device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 
 from interplab.experiments.sae import METHOD_LABELS, experiment_data, metrics_row, train_one  # noqa: E402
-from interplab.results.io import read_json, write_json  # noqa: E402
+from interplab.core.io import read_json, write_json  # noqa: E402
 from interplab.results.runs import interplab_home  # noqa: E402
 from interplab.sae import ARCHITECTURES, load_train_info, load_training_log  # noqa: E402
 
@@ -118,7 +118,7 @@ with tab_compare:
             logs[nm] = load_training_log(p)
             sp = p / "sparsity.safetensors"
             if sp.exists():
-                from interplab.results.io import read_arrays
+                from interplab.core.io import read_arrays
                 dens[nm] = read_arrays(sp)["sparsity"]
         if rows:
             df = pd.DataFrame(rows)

@@ -11,7 +11,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · Feature Browser", page_icon=":microscope:", layout="wide")
 
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
-from interplab.errors import InterplabError  # noqa: E402
+from interplab.core.errors import InterplabError  # noqa: E402
 
 st.title("Feature Browser")
 st.caption("Top-activating contexts are computed one dialogue per forward (FAST), so no context contains another "

@@ -5,8 +5,8 @@ from typing import Any, Protocol
 
 import torch
 
-from interplab.interventions.base import Edit, StepContext
-from interplab.sites import Site
+from interplab.core.edit import Edit, StepContext
+from interplab.core.sites import Site
 
 
 class StopForward(Exception):

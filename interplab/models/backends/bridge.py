@@ -5,7 +5,7 @@ import torch
 
 from interplab.models.backends.base import (ForwardRequest, ForwardResult, StopForward, apply_edits,
                                             hf_forward_kwargs, keep)
-from interplab.sites import SITE_KINDS, Site
+from interplab.core.sites import SITE_KINDS, Site
 
 TL_HOOKS = {
     "resid_pre": "blocks.{L}.hook_in",

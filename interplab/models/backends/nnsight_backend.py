@@ -1,39 +1,12 @@
 """nnsight 0.8 backend: canonical sites -> module paths of the Hugging Face model, read/written inside a trace."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from interplab.errors import InterplabError, SiteError
+from interplab.core.errors import InterplabError, SiteError
+from interplab.models.layout import get_module as _get, paths_for
 from interplab.models.backends.base import ForwardRequest, ForwardResult, apply_edits, hf_forward_kwargs, keep
-from interplab.sites import Site
-
-
-@dataclass(frozen=True)
-class ModulePaths:
-    """Attribute paths into a causal-LM module tree (relative to the top-level model)."""
-
-    layers: str
-    attn: str
-    o_proj: str
-    mlp: str
-    final_norm: str
-    lm_head: str = "lm_head"
-
-
-LLAMA_LIKE = ModulePaths(layers="model.layers", attn="self_attn", o_proj="self_attn.o_proj", mlp="mlp",
-                         final_norm="model.norm")
-GPT2 = ModulePaths(layers="transformer.h", attn="attn", o_proj="attn.c_proj", mlp="mlp", final_norm="transformer.ln_f")
-PATHS_BY_MODEL_TYPE = {"gpt2": GPT2, "llama": LLAMA_LIKE, "qwen2": LLAMA_LIKE, "mistral": LLAMA_LIKE,
-                       "qwen3": LLAMA_LIKE, "gemma": LLAMA_LIKE, "gemma2": LLAMA_LIKE, "olmo": LLAMA_LIKE,
-                       "phi3": LLAMA_LIKE}
-
-
-def _get(root, path: str):
-    for part in path.split("."):
-        root = root[int(part)] if part.isdigit() else getattr(root, part)
-    return root
+from interplab.core.sites import Site
 
 
 class NNsightBackend:
@@ -43,12 +16,7 @@ class NNsightBackend:
     def __init__(self, hf_model, n_heads: int, d_head: int):
         from nnsight import NNsight
 
-        mt = hf_model.config.model_type
-        if mt not in PATHS_BY_MODEL_TYPE:
-            raise InterplabError(
-                f"the nnsight backend has no module map for model_type {mt!r} (known: {sorted(PATHS_BY_MODEL_TYPE)}); "
-                "use backend='bridge', or add a ModulePaths entry in interplab/models/backends/nnsight_backend.py")
-        self.paths = PATHS_BY_MODEL_TYPE[mt]
+        self.paths = paths_for(hf_model)
         self.hf_model = hf_model
         self.nn = NNsight(hf_model)
         self.n_layers = len(_get(hf_model, self.paths.layers))

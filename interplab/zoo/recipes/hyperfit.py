@@ -37,7 +37,7 @@ def hyperfit_sequences(tokenizer, data: dict) -> list[list[int]]:
     n_slots = len(stream) // L
     n = int(data["n_sequences"])
     if n_slots < n:
-        from interplab.errors import DataError
+        from interplab.core.errors import DataError
 
         raise DataError(f"the training stream has {n_slots} windows of {L} tokens; {n} were asked for")
     slots = np.random.default_rng(int(data["window_seed"])).choice(n_slots, size=n, replace=False)

@@ -79,7 +79,7 @@ def build_pcfg(recipe: Recipe, ctx: BuildContext) -> dict:
     from interplab.train.arch import build_model, count_params
     from interplab.train.checkpoint import save_checkpoint
     from interplab.train.trainer import train, write_log
-    from interplab.results.io import write_json
+    from interplab.core.io import write_json
 
     if ctx.num_threads:
         torch.set_num_threads(ctx.num_threads)
@@ -147,9 +147,9 @@ def grammar_of(model_or_path):
     LabModel (uses ``.path``), a zoo name ("zoo:pcfg-L4") or a checkpoint path."""
     from pathlib import Path
 
-    from interplab.errors import InputError
+    from interplab.core.errors import InputError
     from interplab.grammar import PCFG
-    from interplab.results.io import read_json
+    from interplab.core.io import read_json
 
     path = getattr(model_or_path, "path", None) if not isinstance(model_or_path, (str, Path)) else model_or_path
     if path is None:

@@ -22,7 +22,7 @@ class TextStream:
     starting at a random offset (loss on every token)."""
 
     def __init__(self, stream: np.ndarray, seq_len: int, batch_size: int, bos_id: int, seed: int = 0):
-        from interplab.errors import DataError
+        from interplab.core.errors import DataError
 
         if len(stream) <= seq_len:
             raise DataError(f"token stream of {len(stream)} tokens is shorter than seq_len {seq_len}")

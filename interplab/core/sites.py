@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from interplab.errors import SiteError
+from interplab.core.errors import SiteError
 
 LAYER_KINDS = ("resid_pre", "attn_z", "attn_pattern", "attn_out", "mlp_out", "resid_post")
 GLOBAL_KINDS = ("final_norm", "logits")

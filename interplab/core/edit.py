@@ -10,7 +10,7 @@ from typing import Callable, Sequence, Union
 
 import torch
 
-from interplab.errors import InputError
+from interplab.core.errors import InputError
 
 PHASES = ("prefill", "decode")
 PositionSpec = Union[str, int, Sequence[int], Callable[["StepContext"], torch.Tensor]]

@@ -2,6 +2,7 @@
 once; backends only run single forwards."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterable, Sequence
 
 import torch
@@ -41,6 +42,9 @@ class LabModel:
         self.eos_token_id = tokenizer.eos_token_id
         self.stop_token_ids = _stop_ids(tokenizer, self.hf_model)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        # One hooked forward at a time per model: hooks live on the shared modules for the length of a forward, so
+        # two threads' forwards must not overlap (see docs/reliability.md, "Concurrency contract").
+        self._forward_lock = threading.Lock()
 
     @property
     def backend(self) -> str:
@@ -134,6 +138,10 @@ class LabModel:
         return out
 
     # ----------------------------------------------------------------- forward passes
+    def _forward(self, req: ForwardRequest):
+        with self._forward_lock:
+            return self._impl.forward(req)
+
     def run(self, inputs: Any, capture: Sequence[str] | str = (), edits: Sequence[Edit] | None = None,
             *, logits: bool = True, grad: bool = False) -> RunOutput:
         """One forward over a (left-padded) batch; captures only the requested sites.
@@ -148,7 +156,7 @@ class LabModel:
             raise InputError("run(logits=False) needs at least one site in capture=[...]")
         req = ForwardRequest(batch.input_ids, batch.attention_mask, batch.position_ids, ctx, sites,
                              self._edits_by_site(edits, _has_padding(batch)), need_logits=logits, grad=grad)
-        res = self._impl.forward(req)
+        res = self._forward(req)
         return RunOutput(res.logits, Cache(res.captures, batch), batch)
 
     @torch.no_grad()
@@ -185,7 +193,7 @@ class LabModel:
         plen = batch.lengths
         active = torch.ones(b, dtype=torch.bool, device=ids.device)
         ctx = StepContext("prefill", -1, pos, plen, mask.bool())
-        res = self._impl.forward(ForwardRequest(ids, mask, pos, ctx, sites, edit_map, use_cache=use_cache))
+        res = self._forward(ForwardRequest(ids, mask, pos, ctx, sites, edit_map, use_cache=use_cache))
         prefill_cache = Cache(res.captures, batch)
         kv = res.kv
         last_logits = res.logits[:, -1]
@@ -209,7 +217,7 @@ class LabModel:
             if use_cache:
                 ctx = StepContext("decode", step, new_pos, plen, active[:, None])
                 req = ForwardRequest(nxt[:, None], mask, new_pos, ctx, sites, edit_map, kv=kv, use_cache=True)
-                res = self._impl.forward(req)
+                res = self._forward(req)
                 kv = res.kv
                 last_logits = res.logits[:, -1]
                 for s in sites:
@@ -221,7 +229,7 @@ class LabModel:
                                                                                     device=ids.device)], 1)
                 # Rows that finished keep their earlier generated tokens "real" only while they were generating.
                 ctx = StepContext("decode", step, full_pos, plen, real)
-                res = self._impl.forward(ForwardRequest(ids, mask, full_pos, ctx, sites, edit_map))
+                res = self._forward(ForwardRequest(ids, mask, full_pos, ctx, sites, edit_map))
                 last_logits = res.logits[:, -1]
                 for s in sites:
                     step_caps[s.name].append(_last_col(res.captures[s.name], s))

@@ -6,6 +6,7 @@
     interplab run NAME --list                             (that experiment's config keys)
     interplab run NAME [--set key=value ...] [--out ROOT]
     interplab export RUN_DIR [--format png|svg|pdf|html] [--out DIR]
+    interplab runs list [--kind K] [--all] | show RUN | rm RUN | clean [--dry-run]
 
 User errors print `error: <message>` on stderr and exit with status 2 (no traceback)."""
 from __future__ import annotations
@@ -151,6 +152,61 @@ def cmd_export(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------------- runs
+def cmd_runs(args) -> int:
+    from interplab.results import runs
+
+    if args.action == "list":
+        df = runs.list_runs(args.kind, root=args.out, include_failed=args.all)
+        if not len(df):
+            print("no runs" + (f" of kind {args.kind!r}" if args.kind else "") + f" under {runs.runs_root(args.out)}")
+            return 0
+        print(df[["kind", "name", "status", "created", "n_tables", "n_figures", "path"]].to_string(index=False))
+        return 0
+    if args.action == "clean":
+        found = runs.clean_runs(args.out, dry_run=args.dry_run)
+        for p in found:
+            print(("would remove " if args.dry_run else "removed ") + str(p))
+        print(f"{len(found)} leftover(s)" + (" found" if args.dry_run else " removed"), file=sys.stderr)
+        return 0
+    if not args.run:
+        raise InterplabError(f"`interplab runs {args.action}` needs a run (a folder, or KIND/NAME under the runs root)")
+    if args.action == "rm":
+        print(f"removed {runs.remove_run(args.run, root=args.out)}")
+        return 0
+    return _show_run(args.run, args.out)
+
+
+def _show_run(run: str, root) -> int:
+    import json
+
+    from interplab.results import runs
+
+    p = Path(run).expanduser()
+    if not p.exists():
+        p = runs.runs_root(root) / run
+    problems = runs.run_problems(p)
+    manifest = runs.read_manifest(p) if p.is_dir() else None
+    if manifest is None:
+        raise InterplabError(f"{run} is not a run folder (no readable run.json); `interplab runs list` shows runs")
+    print(json.dumps({k: manifest.get(k) for k in ("kind", "name", "status", "created", "finished")}, indent=2))
+    cfg = p / runs.CONFIG_FILE
+    if cfg.exists():
+        try:
+            meta = json.loads(cfg.read_text())
+            print("config:", json.dumps(meta.get("config", meta), indent=2, default=str))
+            print("interplab", meta.get("interplab_version", "?"))
+        except ValueError:
+            problems.append("config.json is not valid JSON")
+    print("files:")
+    for rel, kind in sorted(manifest.get("files", {}).items()):
+        print(f"  {kind:12s} {rel}")
+    if problems:
+        print("PROBLEMS: " + "; ".join(problems))
+        return 1
+    return 0
+
+
 # --------------------------------------------------------------------------------------------------- zoo
 def _add_zoo(sub, load: bool) -> None:
     """Register `zoo`: the real parser from interplab.zoo.cli when it is needed, else a light placeholder."""
@@ -186,7 +242,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         description="interplab: a mechanistic-interpretability workbench (dashboard, experiments, figure export).",
     )
     parser.add_argument("--version", action="version", version=f"interplab {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="{app,zoo,run,export}")
+    sub = parser.add_subparsers(dest="command", metavar="{app,zoo,run,export,runs}")
 
     p = sub.add_parser("app", help="serve the Streamlit dashboard (on 127.0.0.1 unless told otherwise)",
                        description="Serve the interplab dashboard with Streamlit.")
@@ -223,6 +279,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=None, help="raster scale factor (png)")
     p.add_argument("--force", action="store_true", help="replace files that already exist")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("runs", help="finished runs: list | show RUN | rm RUN | clean (remove crash leftovers)",
+                       description="Browse and tidy run folders. `clean` removes what crashed or killed runs left "
+                                   "(hidden .partial folders, temporary files); finished runs are never touched.")
+    p.add_argument("action", choices=["list", "show", "rm", "clean"])
+    p.add_argument("run", nargs="?", help="a run folder, or KIND/NAME under the runs root (show, rm)")
+    p.add_argument("--kind", default=None, help="only runs of this experiment (list)")
+    p.add_argument("--all", action="store_true", help="also list failed, running and damaged runs (list)")
+    p.add_argument("--dry-run", action="store_true", help="say what clean would remove, remove nothing")
+    p.add_argument("--out", default=None, metavar="ROOT", help="results root (default $INTERPLAB_HOME or ~/.interplab)")
+    p.set_defaults(func=cmd_runs)
     return parser
 
 

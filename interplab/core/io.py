@@ -2,6 +2,7 @@
 so a crash mid-write never leaves a half-written file where a complete one (or nothing) was before."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from interplab.core.errors import ResultsError
 
 
 def _current_umask() -> int:
@@ -31,9 +34,13 @@ def _atomic(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
         with open(tmp, "rb") as fh:  # flush to disk before the rename makes it visible
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise ResultsError(f"could not write {path}: {exc.strerror or exc} (no space left?). Nothing was "
+                               "replaced; free some disk space or set INTERPLAB_HOME to another disk, then re-run") \
+                from exc
         raise
     return path
 

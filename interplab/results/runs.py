@@ -41,6 +41,10 @@ __all__ = [
     "runs_root",
     "config_to_dict",
     "environment_info",
+    "run_problems",
+    "leftovers",
+    "clean_runs",
+    "remove_run",
 ]
 
 RUN_MANIFEST = "run.json"
@@ -442,7 +446,7 @@ def _decode_typed_arrays(obj):
     return obj
 
 
-def _read_manifest(path: Path) -> dict | None:
+def read_manifest(path: Path) -> dict | None:
     try:
         m = read_json(path / RUN_MANIFEST)
     except (OSError, ValueError):
@@ -460,7 +464,7 @@ def load_run(path: str | os.PathLike, *, root: str | os.PathLike | None = None) 
     if not p.is_dir():
         raise ResultsError(f"no run directory at {str(path)!r}; `interplab run --list` shows experiments and "
                            "`interplab.results.list_runs()` lists finished runs")
-    m = _read_manifest(p)
+    m = read_manifest(p)
     if m is None:
         raise ResultsError(f"{p} is not an interplab run (no readable {RUN_MANIFEST})")
     status = m.get("status")
@@ -493,14 +497,16 @@ def list_runs(kind: str | None = None, root: str | os.PathLike | None = None, *,
             hidden = d.name.startswith(".")
             if hidden and not include_failed:
                 continue
-            m = _read_manifest(d)
+            m = read_manifest(d)
             if m is None:
                 continue
             status = m.get("status")
-            if status != "complete" and not include_failed:
-                continue
             if hidden and status == "complete":  # renamed-away leftovers cannot exist; be strict anyway
                 status = "incomplete"
+            if status == "complete" and run_problems(d, m):
+                status = "damaged"  # listed only with include_failed, so nothing offers it as a good run
+            if status != "complete" and not include_failed:
+                continue
             files = m.get("files", {})
             rows.append({
                 "kind": m.get("kind", k),
@@ -517,3 +523,75 @@ def list_runs(kind: str | None = None, root: str | os.PathLike | None = None, *,
     if len(df):
         df = df.sort_values(["created", "name"], kind="stable").reset_index(drop=True)
     return df
+
+
+def run_problems(path, manifest: dict | None = None) -> list[str]:
+    """What is wrong with a run folder: an unreadable manifest, files the manifest lists that are missing or empty.
+    An empty list means the folder is intact (as far as a cheap check can tell)."""
+    path = Path(path)
+    m = manifest if manifest is not None else read_manifest(path)
+    if m is None:
+        return [f"no readable {RUN_MANIFEST}"]
+    probs = []
+    for rel in m.get("files", {}):
+        f = path / rel
+        if not f.exists():
+            probs.append(f"{rel} is missing")
+        elif f.is_file() and f.stat().st_size == 0:
+            probs.append(f"{rel} is empty")
+    return probs
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
+def leftovers(root: str | os.PathLike | None = None) -> list[Path]:
+    """Hidden folders and files a crashed or killed run left behind: `.NAME.partial` runs whose writer process is
+    gone (or that failed), and temporary files of interrupted atomic writes."""
+    base = runs_root(root)
+    out: list[Path] = []
+    if not base.is_dir():
+        return out
+    for kd in sorted(p for p in base.iterdir() if p.is_dir()):
+        for d in sorted(kd.iterdir()):
+            if not d.name.startswith("."):
+                continue
+            if d.is_dir() and d.name.endswith(PARTIAL_SUFFIX):
+                m = read_manifest(d)
+                if m is not None and m.get("status") == "running" and _alive(m.get("pid")):
+                    continue  # still being written by a live process
+                out.append(d)
+            elif d.name.endswith((".tmp", ".saving")) or ".old-" in d.name:
+                out.append(d)
+    return out
+
+
+def clean_runs(root: str | os.PathLike | None = None, *, dry_run: bool = False) -> list[Path]:
+    """Remove `leftovers(root)`; finished runs are never touched. Returns what was (or would be) removed."""
+    import shutil
+
+    found = leftovers(root)
+    if not dry_run:
+        for p in found:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    return found
+
+
+def remove_run(path: str | os.PathLike, *, root: str | os.PathLike | None = None) -> Path:
+    """Delete one run folder (it must live under the runs root, so a typo cannot remove anything else)."""
+    import shutil
+
+    p = Path(path).expanduser()
+    if not p.exists() and not p.is_absolute():
+        p = runs_root(root) / p
+    base = runs_root(root).resolve()
+    rp = p.resolve()
+    if base not in rp.parents or rp.parent == base or not rp.is_dir():
+        raise ResultsError(f"{path} is not a run folder under {base}; `interplab runs list` shows the runs")
+    shutil.rmtree(rp)
+    return rp

@@ -1,12 +1,17 @@
 """Shared app state: the bounded model cache and the default model.
 
-Models are cached with `st.cache_resource(max_entries=2)` keyed on everything that changes the loaded object:
-name (a local path is resolved to an absolute path), backend, device, dtype, and the checkpoint's modification
-stamp (so a retrained checkpoint at the same path is reloaded). Nothing is keyed on `id()`, and the cached
-`LabModel` is never mutated by pages."""
+One process-wide LRU cache of loaded models, shared by every browser session (as `st.cache_resource` would be),
+bounded in entries AND bytes: at most `INTERPLAB_APP_MAX_MODELS` models (default 2) whose parameters together take
+at most `INTERPLAB_APP_MAX_MODEL_BYTES` (default 8 GiB); the least recently used model is dropped first, and a
+single model larger than the byte budget is still served (alone). Keys are everything that changes the loaded object:
+name (a local path is resolved to an absolute path), backend, device, dtype, and the checkpoint's modification stamp
+(so a retrained checkpoint at the same path is reloaded). Sessions share a cached `LabModel` safely: its forwards are
+serialized and edits are per call (docs/reliability.md), and pages never mutate it."""
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import streamlit as st
@@ -51,15 +56,71 @@ def _stamp(name: str) -> float:
     return max(times, default=0.0)
 
 
-@st.cache_resource(max_entries=2, show_spinner="Loading model...")
-def _load(name: str, backend: str, device: str, dtype: str, stamp: float):  # noqa: ARG001 - stamp is a cache key
+class ModelCache:
+    """LRU of loaded models bounded by `max_entries` and `max_bytes` (parameter bytes); thread-safe. Loads of
+    the same key from several sessions at once happen once."""
+
+    def __init__(self, max_entries: int, max_bytes: int):
+        self.max_entries, self.max_bytes = int(max_entries), int(max_bytes)
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._loading: dict = {}
+
+    @staticmethod
+    def nbytes(model) -> int:
+        hf = getattr(model, "hf_model", model)
+        return sum(p.numel() * p.element_size() for p in hf.parameters())
+
+    def total_bytes(self) -> int:
+        with self._lock:
+            return sum(b for _, b in self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key, load):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key][0]
+            gate = self._loading.setdefault(key, threading.Lock())
+        with gate:  # one load per key; other sessions asking for it wait here
+            with self._lock:
+                if key in self._items:
+                    return self._items[key][0]
+            model = load()
+            with self._lock:
+                self._items[key] = (model, self.nbytes(model))
+                self._loading.pop(key, None)
+                self._evict()
+            return model
+
+    def _evict(self) -> None:
+        while len(self._items) > 1 and (len(self._items) > self.max_entries
+                                        or sum(b for _, b in self._items.values()) > self.max_bytes):
+            self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+MODELS = ModelCache(int(os.environ.get("INTERPLAB_APP_MAX_MODELS", 2)),
+                    int(os.environ.get("INTERPLAB_APP_MAX_MODEL_BYTES", 8 * 2**30)))
+
+
+def _load(name: str, backend: str, device: str, dtype: str, stamp: float):
     import interplab
 
-    return interplab.load_model(name, backend=backend, device=device, dtype=dtype)
+    def load():
+        with st.spinner(f"Loading {name}..."):
+            return interplab.load_model(name, backend=backend, device=device, dtype=dtype)
+
+    return MODELS.get((name, backend, device, dtype, stamp), load)
 
 
 def get_model(name: str, backend: str = "bridge", device: str = "cpu", dtype: str = "float32"):
-    """The LabModel for (name, backend, device, dtype), loaded once and kept in a 2-entry cache.
+    """The LabModel for (name, backend, device, dtype), loaded once and kept in the bounded cache `MODELS`.
 
     Raises the loader's `InterplabError` (unknown model, bad checkpoint, ...) unchanged; errors are not cached."""
     if backend not in BACKENDS:

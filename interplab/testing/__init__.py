@@ -62,3 +62,64 @@ def make_random_checkpoint(arch: str, path, *, n_layers: int = 2, d_model: int =
     model.save_pretrained(str(path))
     tok.save_pretrained(str(path))
     return path
+
+
+# ------------------------------------------------------------------------------------ real architectures, random weights
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def real_configs() -> list[str]:
+    """Names of the committed real-architecture configs (GPT-2 small, Qwen2.5-0.5B, Llama-3.2-1B, Gemma-2-2B, ...)."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def real_size_config(name: str, **overrides):
+    """The transformers config of committed architecture `name` (its `config.json` fields, no weights)."""
+    import json
+
+    from transformers import AutoConfig
+
+    path = CONFIG_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"no committed config {name!r}; known: {real_configs()}")
+    fields = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+    fields.update(overrides)
+    return AutoConfig.for_model(fields.pop("model_type"), **fields)
+
+
+def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", cache_dir=None, **overrides) -> Path:
+    """A checkpoint of a real architecture with seeded random weights, built once and cached.
+
+    Cached under `cache_dir` (default `$INTERPLAB_HOME/cache/random-models`, else ~/.cache/interplab/random-models),
+    keyed on name, seed, dtype and overrides; the folder appears only when complete (built next to it, renamed).
+    The tokenizer is a small word-level one (ids beyond it are still valid model inputs: pass token-id lists)."""
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+
+    from transformers import AutoModelForCausalLM
+
+    key = hashlib.sha1(repr((seed, dtype, sorted(overrides.items()))).encode()).hexdigest()[:10]
+    root = Path(cache_dir) if cache_dir else (
+        Path(os.environ["INTERPLAB_HOME"]) / "cache" if os.environ.get("INTERPLAB_HOME")
+        else Path.home() / ".cache" / "interplab") / "random-models"
+    out = root / f"{name}-{key}"
+    if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
+        return out
+    cfg = real_size_config(name, **overrides)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype))
+    tok = build_word_tokenizer(test_words(min(cfg.vocab_size, 512)))
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=root))
+    try:
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        tmp.rename(out)
+    except FileExistsError:  # another process finished the same build first
+        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -26,7 +26,7 @@ import torch
 
 
 def _items(model, fmt):
-    from interplab.probes.truth_data import ctxmem_truth_set
+    from interplab.probes.truth.data import ctxmem_truth_set
 
     items = ctxmem_truth_set(292, seed=0, fmt=fmt, tokenizer=model.tokenizer)
     return items, np.array([it["label"] for it in items])
@@ -37,8 +37,8 @@ def decodability(name, fmt):
     from sklearn.model_selection import KFold, cross_val_score
 
     import interplab
-    from interplab.probes.truth_analysis import verification_accuracy
-    from interplab.probes.truth_scores import capture_head_outputs
+    from interplab.probes.truth.analysis import verification_accuracy
+    from interplab.probes.truth.scores import capture_head_outputs
 
     m = interplab.load_model(name, device="cpu")
     items, y = _items(m, fmt)
@@ -65,7 +65,7 @@ def decodability(name, fmt):
 
 def null(name, fmt, n_shuffles=20):
     import interplab
-    from interplab.probes.truth_scores import capture_head_outputs, truth_scores_from_activations
+    from interplab.probes.truth.scores import capture_head_outputs, truth_scores_from_activations
 
     m = interplab.load_model(name, device="cpu")
     items, y = _items(m, fmt)
@@ -85,8 +85,8 @@ def gate_perm(source, n_perm=100):
 
     import interplab
     from interplab.interventions.head_gate import HeadGate, truth_gates
-    from interplab.probes.truth_data import context_following, ctxmem_counterfactual_set
-    from interplab.probes.truth_scores import TruthScores
+    from interplab.probes.truth.data import context_following, ctxmem_counterfactual_set
+    from interplab.probes.truth.scores import TruthScores
 
     warnings.simplefilter("ignore")  # negative gates cannot occur at these alphas; HeadGate warns otherwise
     s = TruthScores.load(source).scores

@@ -1,18 +1,16 @@
 """Lineage statistics and gate formulas, on the authors' released maps and on hand-made maps (no model)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from interplab.core.errors import ShapeError
 from interplab.interventions.head_gate import HeadGate, gate_summary, truth_gates
-from interplab.probes.truth_lineage import (RELEASED_DIR, RELEASED_PAIRS, correlation_matrix, lineage_correlation,
-                                            lineage_table, load_released_maps, per_layer_correlation, rankdata,
-                                            topk_jaccard)
-
-needs_released = pytest.mark.skipif(not Path(RELEASED_DIR).is_dir(), reason="released TruthProbe maps not present")
+from interplab.probes.stats import rankdata
+from interplab.probes.truth.lineage import (RELEASED_PAIRS, correlation_matrix, lineage_correlation, lineage_table,
+                                            load_released_maps, per_layer_correlation, topk_jaccard)
+from tests.truth_scores._released import needs_released
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ accuracy for separating context-supported (gold) answers from hallucinated ones.
 S_{l,h} = (1/F) * sum_f accuracy_val_f(l, h), where each (fold, layer, head) has its own zero-initialised logistic
 probe on head (l,h)'s output z (attn_z, before W_O) at the answer's last token, trained with AdamW exactly as the
 authors' code does (spec truth_scores.md §2.2). All probes train together as one batched tensor program
-(`interplab.probes.truth_probe_core.fit_head_probes`).
+(`interplab.probes.truth.probe_core.fit_head_probes`).
 
-    >>> from interplab.probes.truth_scores import truth_scores_from_activations
+    >>> from interplab.probes.truth.scores import truth_scores_from_activations
     >>> ts = truth_scores_from_activations(X, y)        # X [N, L, H, D], y [N] in {0,1}
     >>> ts.scores.shape                                  # (L, H), mean held-out accuracy
 """
@@ -16,14 +16,15 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from interplab.core.shapes import check_score_shape
-from interplab.core.errors import ConfigError, DataError, InputError, ResultsError, ShapeError
-from interplab.probes.truth_probe_core import FOLD_KINDS, fit_head_probes
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.result import Result
+from interplab.probes.truth.probe_core import FOLD_KINDS, fit_head_probes
 
 SITES = ("attn_z",)
 PROBE_POSITIONS = ("last_nonpad",)
@@ -76,7 +77,7 @@ class TruthScoresConfig:
 
 
 @dataclass
-class TruthScores:
+class TruthScores(Result):
     """A Truth-Score map and its cross-validation details.
 
     scores: [n_layers, n_heads] mean held-out accuracy (query heads), float64.
@@ -176,46 +177,6 @@ class TruthScores:
         df = pd.DataFrame(data)
         df.attrs["model"] = self.model
         return df
-
-    # ----- persistence -----
-    def save(self, directory, overwrite: bool = False) -> Path:
-        """Write arrays.safetensors, scores.csv and meta.json atomically into `directory`."""
-        from interplab.core.io import write_arrays, write_json, write_table
-
-        d = Path(directory)
-        if (d / "meta.json").exists() and not overwrite:
-            raise ResultsError(f"{d} already holds a TruthScores; pass overwrite=True or choose another directory")
-        d.mkdir(parents=True, exist_ok=True)
-        write_arrays(d / "arrays.safetensors", {
-            "scores": self.scores, "fold_accuracy": self.fold_accuracy, "fold_precision": self.fold_precision,
-            "fold_recall": self.fold_recall, "fold_f1": self.fold_f1, "n_val": self.n_val,
-            "loss_curve": np.asarray(self.loss_curve, dtype=np.float64)})
-        write_table(d / "scores.csv", self.to_frame())
-        write_json(d / "meta.json", {
-            "kind": "TruthScores", "layout": "[layer, head]", "shape": list(self.scores.shape),
-            "config": dataclasses.asdict(self.config) if self.config is not None else None,
-            "model": self.model, "n_samples": self.n_samples, "n_positive": self.n_positive,
-            "provenance": self.provenance})
-        return d
-
-    @classmethod
-    def load(cls, directory) -> "TruthScores":
-        from interplab.core.io import read_arrays, read_json
-
-        d = Path(directory)
-        if not (d / "meta.json").exists() or not (d / "arrays.safetensors").exists():
-            raise ResultsError(f"{d} is not a saved TruthScores (needs meta.json and arrays.safetensors)")
-        meta, arr = read_json(d / "meta.json"), read_arrays(d / "arrays.safetensors")
-        if meta.get("kind") != "TruthScores":
-            raise DataError(f"{d}/meta.json describes {meta.get('kind')!r}, not TruthScores")
-        if list(arr["scores"].shape) != list(meta["shape"]):
-            raise ShapeError(f"{d}: scores shape {arr['scores'].shape} disagrees with meta shape {meta['shape']}")
-        cfg = TruthScoresConfig(**meta["config"]) if meta.get("config") else None
-        return cls(scores=arr["scores"], fold_accuracy=arr["fold_accuracy"], fold_precision=arr["fold_precision"],
-                   fold_recall=arr["fold_recall"], fold_f1=arr["fold_f1"], n_val=arr["n_val"], config=cfg,
-                   model=meta.get("model", ""), n_samples=int(meta.get("n_samples", 0)),
-                   n_positive=int(meta.get("n_positive", 0)), provenance=meta.get("provenance") or {},
-                   loss_curve=arr.get("loss_curve", np.zeros(0)))
 
     @classmethod
     def from_array(cls, scores, model: str = "", n_layers: int | None = None, n_heads: int | None = None,

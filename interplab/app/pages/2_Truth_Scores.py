@@ -6,7 +6,6 @@ pair scatter with the within-layer null, score-vs-evidence scatter, gating sweep
 and a "try it" box generating with and without gating side by side. A thin view over interplab.probes."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 

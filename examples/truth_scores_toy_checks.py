@@ -2,7 +2,7 @@
 
     python examples/truth_scores_toy_checks.py decodability zoo:toy-base raw
     python examples/truth_scores_toy_checks.py null zoo:toy-base raw
-    python examples/truth_scores_toy_checks.py gate-perm --source RUN/source_scores
+    python examples/truth_scores_toy_checks.py gate-perm --source RUN/sweep/source_scores
 
 decodability: the model's Mode-V accuracy on the Truth-Score prompts, and where the CtxMem verification label is
   linearly readable at the scored token (`ver`): a scikit-learn LogisticRegression (same KFold(5, shuffle, 42)
@@ -119,7 +119,7 @@ def main(argv=None):
     ap.add_argument("check", choices=("decodability", "null", "gate-perm"))
     ap.add_argument("model", nargs="?", default="zoo:toy-base")
     ap.add_argument("fmt", nargs="?", default="raw")
-    ap.add_argument("--source", help="gate-perm: a saved TruthScores folder (e.g. a sweep run's source_scores)")
+    ap.add_argument("--source", help="gate-perm: a saved TruthScores folder (e.g. a sweep run's sweep/source_scores)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     if a.check == "decodability":

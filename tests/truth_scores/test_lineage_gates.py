@@ -158,3 +158,16 @@ def test_gate_formulas():
     with pytest.warns(UserWarning, match="negative"):
         g = HeadGate(truth_gates(s, "contrast", 40.0), site="attn_out_chunks")
     assert g.sites == tuple(f"attn_out.{i}" for i in range(3)) and "attn_out_chunks" in repr(g)
+
+
+def test_released_dir_from_environment(monkeypatch, tmp_path):
+    from interplab.core.errors import DataError
+    from interplab.probes.truth.lineage import released_dir
+
+    monkeypatch.setenv("INTERPLAB_SHARED_DATA", str(tmp_path))
+    with pytest.raises(DataError, match="INTERPLAB_SHARED_DATA"):
+        released_dir()
+    (tmp_path / "truthprobe_scores").mkdir()
+    assert released_dir() == tmp_path / "truthprobe_scores"
+    with pytest.raises(DataError, match="no converted_score"):
+        load_released_maps()

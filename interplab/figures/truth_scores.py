@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from interplab.figures.style import DIVERGING, QUALITATIVE, SEQUENTIAL, apply_style
 from interplab.probes.truth.lineage import topk_jaccard
+from interplab.probes.truth.scores import TruthScores
 from interplab.probes.truth.weights import WP_COLUMNS
 
 
@@ -29,10 +30,7 @@ def score_heatmap(ts, *, view: str = "raw", mode: str = "normalize", alpha: floa
     s = _scores(ts)
     L, H = s.shape
     std = ts.fold_std if hasattr(ts, "fold_std") else np.zeros_like(s)
-    order = np.argsort(-s.ravel(), kind="stable")
-    rank = np.empty(s.size, dtype=int)
-    rank[order] = np.arange(1, s.size + 1)
-    rank = rank.reshape(s.shape)
+    rank = TruthScores.from_array(s).rank()
     gates = truth_gates(s, mode, alpha)
     custom = np.stack([s, std, rank, gates], -1)
     if view == "raw":

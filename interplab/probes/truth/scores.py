@@ -211,13 +211,6 @@ class TruthScores(Result):
                 f"max={self.scores.max():.3f}, folds={self.fold_accuracy.shape[0]}, n_samples={self.n_samples})")
 
 
-def _scores_from_fit(fit, cfg, y, model, provenance) -> TruthScores:
-    return TruthScores(scores=fit.accuracy.mean(0), fold_accuracy=fit.accuracy, fold_precision=fit.precision,
-                       fold_recall=fit.recall, fold_f1=fit.f1, n_val=fit.n_val, config=cfg, model=model,
-                       n_samples=int(len(y)), n_positive=int(np.sum(y)), provenance=provenance,
-                       loss_curve=fit.loss_curve)
-
-
 def truth_scores_from_activations(X, y, config: TruthScoresConfig | None = None, *, model: str = "",
                                   device=None, provenance: dict | None = None, **overrides) -> TruthScores:
     """Truth Scores from already-collected activations.
@@ -234,7 +227,9 @@ def truth_scores_from_activations(X, y, config: TruthScoresConfig | None = None,
     prov = {"recipe": "TruthProbe cv5 AdamW zero-init (spec §2.2)", "probe_seconds": time.perf_counter() - t0,
             "fold_test_indices": [te.tolist() for _, te in fit.folds]}
     prov.update(provenance or {})
-    return _scores_from_fit(fit, cfg, y, model, prov)
+    return TruthScores(scores=fit.accuracy.mean(0), fold_accuracy=fit.accuracy, fold_precision=fit.precision,
+                       fold_recall=fit.recall, fold_f1=fit.f1, n_val=fit.n_val, config=cfg, model=model,
+                       n_samples=int(len(y)), n_positive=int(np.sum(y)), provenance=prov, loss_curve=fit.loss_curve)
 
 
 # ----------------------------------------------------------------------------------------------------------

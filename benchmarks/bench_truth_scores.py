@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     _pin_threads(args.threads)
     torch.set_num_threads(args.threads)
-    from interplab.probes.truth_probe_core import fit_head_probes, kfold_splits
+    from interplab.probes.truth.probe_core import fit_head_probes, kfold_splits
 
     X, y = make_data()
     N, L, H, D = X.shape

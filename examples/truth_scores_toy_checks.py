@@ -2,7 +2,7 @@
 
     python examples/truth_scores_toy_checks.py decodability zoo:toy-base raw
     python examples/truth_scores_toy_checks.py null zoo:toy-base raw
-    python examples/truth_scores_toy_checks.py gate-perm --source RUN/source_scores
+    python examples/truth_scores_toy_checks.py gate-perm --source RUN/sweep/source_scores
 
 decodability: the model's Mode-V accuracy on the Truth-Score prompts, and where the CtxMem verification label is
   linearly readable at the scored token (`ver`): a scikit-learn LogisticRegression (same KFold(5, shuffle, 42)
@@ -26,7 +26,7 @@ import torch
 
 
 def _items(model, fmt):
-    from interplab.probes.truth_data import ctxmem_truth_set
+    from interplab.probes.truth.data import ctxmem_truth_set
 
     items = ctxmem_truth_set(292, seed=0, fmt=fmt, tokenizer=model.tokenizer)
     return items, np.array([it["label"] for it in items])
@@ -37,8 +37,8 @@ def decodability(name, fmt):
     from sklearn.model_selection import KFold, cross_val_score
 
     import interplab
-    from interplab.probes.truth_analysis import verification_accuracy
-    from interplab.probes.truth_scores import capture_head_outputs
+    from interplab.probes.truth.analysis import verification_accuracy
+    from interplab.probes.truth.scores import capture_head_outputs
 
     m = interplab.load_model(name, device="cpu")
     items, y = _items(m, fmt)
@@ -65,7 +65,7 @@ def decodability(name, fmt):
 
 def null(name, fmt, n_shuffles=20):
     import interplab
-    from interplab.probes.truth_scores import capture_head_outputs, truth_scores_from_activations
+    from interplab.probes.truth.scores import capture_head_outputs, truth_scores_from_activations
 
     m = interplab.load_model(name, device="cpu")
     items, y = _items(m, fmt)
@@ -85,8 +85,8 @@ def gate_perm(source, n_perm=100):
 
     import interplab
     from interplab.interventions.head_gate import HeadGate, truth_gates
-    from interplab.probes.truth_data import context_following, ctxmem_counterfactual_set
-    from interplab.probes.truth_scores import TruthScores
+    from interplab.probes.truth.data import context_following, ctxmem_counterfactual_set
+    from interplab.probes.truth.scores import TruthScores
 
     warnings.simplefilter("ignore")  # negative gates cannot occur at these alphas; HeadGate warns otherwise
     s = TruthScores.load(source).scores
@@ -119,7 +119,7 @@ def main(argv=None):
     ap.add_argument("check", choices=("decodability", "null", "gate-perm"))
     ap.add_argument("model", nargs="?", default="zoo:toy-base")
     ap.add_argument("fmt", nargs="?", default="raw")
-    ap.add_argument("--source", help="gate-perm: a saved TruthScores folder (e.g. a sweep run's source_scores)")
+    ap.add_argument("--source", help="gate-perm: a saved TruthScores folder (e.g. a sweep run's sweep/source_scores)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     if a.check == "decodability":

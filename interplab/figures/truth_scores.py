@@ -12,6 +12,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interplab.figures.style import DIVERGING, QUALITATIVE, SEQUENTIAL, apply_style
+from interplab.probes.truth.lineage import topk_jaccard
+from interplab.probes.truth.scores import TruthScores
+from interplab.probes.truth.weights import WP_COLUMNS
 
 
 def _scores(x) -> np.ndarray:
@@ -27,10 +30,7 @@ def score_heatmap(ts, *, view: str = "raw", mode: str = "normalize", alpha: floa
     s = _scores(ts)
     L, H = s.shape
     std = ts.fold_std if hasattr(ts, "fold_std") else np.zeros_like(s)
-    order = np.argsort(-s.ravel(), kind="stable")
-    rank = np.empty(s.size, dtype=int)
-    rank[order] = np.arange(1, s.size + 1)
-    rank = rank.reshape(s.shape)
+    rank = TruthScores.from_array(s).rank()
     gates = truth_gates(s, mode, alpha)
     custom = np.stack([s, std, rank, gates], -1)
     if view == "raw":
@@ -129,17 +129,12 @@ def per_layer_curves(curves: Mapping[str, np.ndarray], *, title: str | None = No
 def topk_jaccard_curve(pairs: Mapping[str, tuple], fracs: Sequence[float] = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3),
                        *, title: str | None = None) -> go.Figure:
     """Top-k Jaccard vs k (fraction of heads) for named (map_a, map_b) pairs."""
-    from interplab.probes.truth_lineage import topk_jaccard
-
     fig = go.Figure()
     for i, (name, (a, b)) in enumerate(pairs.items()):
         fig.add_trace(go.Scatter(x=list(fracs), y=[topk_jaccard(a, b, f) for f in fracs], mode="lines+markers",
                                  name=name, line=dict(color=QUALITATIVE[i % len(QUALITATIVE)])))
     apply_style(fig, title=title or "Top-k overlap", xaxis="top-k fraction of heads", yaxis="Jaccard")
     return fig
-
-
-WP_COLUMNS = ("cos_W_Q", "cos_W_K", "cos_W_V", "cos_W_O", "cos_QK", "cos_OV")
 
 
 def weight_preservation_lines(tables: Mapping[str, object], columns: Sequence[str] = WP_COLUMNS,

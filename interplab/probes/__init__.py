@@ -38,22 +38,15 @@ _export("hyperfit", "entropy_matched_temperature", "match_temperature", "per_pos
         "rank_reordering", "RankReorderingResult", "compare_teacher_forced", "static_delta")
 _export("genmetrics", "generation_metrics", "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "loop_rate")
 
-_export("truth_scores", "TruthScores", "TruthScoresConfig", "truth_scores_from_activations", "evidence_attention")
-_export("truth_lineage", "lineage_correlation", "lineage_table", "correlation_matrix", "load_released_maps")
-_export("truth_weights", "weight_preservation")
+_export("truth", "truth_scores", "TruthScores", "TruthScoresConfig", "truth_scores_from_activations",
+        "evidence_attention", "lineage_correlation", "lineage_table", "correlation_matrix", "load_released_maps",
+        "weight_preservation")
 
 
 def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'interplab.probes' has no attribute {name!r}")
-
-
-# The function shares its module's name; import it eagerly so the package attribute is the function (a lazy
-# export would be shadowed by the submodule as soon as anything imported interplab.probes.truth_scores).
-from interplab.probes.truth_scores import truth_scores  # noqa: E402
-
-_EXPORTS["truth_scores"] = "interplab.probes.truth_scores"
 
 
 def __dir__():

@@ -8,13 +8,13 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import interplab.app  # noqa: E402
-from interplab.probes.truth_lineage import RELEASED_DIR  # noqa: E402
+from tests.truth_scores._released import needs_released  # noqa: E402
 
 PAGE = str(Path(interplab.app.__file__).resolve().parent / "pages" / "2_Truth_Scores.py")
 TIMEOUT = 180
 
 
-@pytest.mark.skipif(not Path(RELEASED_DIR).is_dir(), reason="released TruthProbe maps not present")
+@needs_released
 def test_page_released_maps(monkeypatch, tmp_path):
     monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(tmp_path / "missing"))
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from interplab.data.toy_vocab import build_toy_tokenizer
-from interplab.probes.truth_data import ctxmem_counterfactual_set, ctxmem_truth_set
+from interplab.probes.truth.data import ctxmem_counterfactual_set, ctxmem_truth_set
 
 
 def test_truth_set_labels_and_evidence_positions_both_formats():

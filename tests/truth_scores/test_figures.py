@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 
 from interplab.figures import truth_scores as F
-from interplab.probes.truth_lineage import correlation_matrix, lineage_correlation
-from interplab.probes.truth_scores import truth_scores_from_activations
+from interplab.probes.truth.lineage import correlation_matrix, lineage_correlation
+from interplab.probes.truth.scores import truth_scores_from_activations
 
 
 def _ts(seed=0):

@@ -1,18 +1,16 @@
 """Lineage statistics and gate formulas, on the authors' released maps and on hand-made maps (no model)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from interplab.core.errors import ShapeError
 from interplab.interventions.head_gate import HeadGate, gate_summary, truth_gates
-from interplab.probes.truth_lineage import (RELEASED_DIR, RELEASED_PAIRS, correlation_matrix, lineage_correlation,
-                                            lineage_table, load_released_maps, per_layer_correlation, rankdata,
-                                            topk_jaccard)
-
-needs_released = pytest.mark.skipif(not Path(RELEASED_DIR).is_dir(), reason="released TruthProbe maps not present")
+from interplab.probes.stats import rankdata
+from interplab.probes.truth.lineage import (RELEASED_PAIRS, correlation_matrix, lineage_correlation, lineage_table,
+                                            load_released_maps, per_layer_correlation, topk_jaccard)
+from tests.truth_scores._released import needs_released
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +158,16 @@ def test_gate_formulas():
     with pytest.warns(UserWarning, match="negative"):
         g = HeadGate(truth_gates(s, "contrast", 40.0), site="attn_out_chunks")
     assert g.sites == tuple(f"attn_out.{i}" for i in range(3)) and "attn_out_chunks" in repr(g)
+
+
+def test_released_dir_from_environment(monkeypatch, tmp_path):
+    from interplab.core.errors import DataError
+    from interplab.probes.truth.lineage import released_dir
+
+    monkeypatch.setenv("INTERPLAB_SHARED_DATA", str(tmp_path))
+    with pytest.raises(DataError, match="INTERPLAB_SHARED_DATA"):
+        released_dir()
+    (tmp_path / "truthprobe_scores").mkdir()
+    assert released_dir() == tmp_path / "truthprobe_scores"
+    with pytest.raises(DataError, match="no converted_score"):
+        load_released_maps()

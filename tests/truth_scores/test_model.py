@@ -9,8 +9,8 @@ import torch
 import interplab
 from interplab.interventions import Ablate, Steer
 from interplab.interventions.head_gate import HeadGate, truth_gates
-from interplab.probes.truth_scores import capture_head_outputs, evidence_attention, truth_scores
-from interplab.probes.truth_weights import weight_preservation
+from interplab.probes.truth.scores import capture_head_outputs, evidence_attention, truth_scores
+from interplab.probes.truth.weights import weight_preservation
 
 N_LAYERS = 3  # random llama: 3 layers x 4 query heads (2 KV heads), d_model 64 = 4 x 16: L != H
 TEXTS = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11 w3", "w12"]
@@ -185,10 +185,8 @@ def test_weight_preservation_identities(m, ckpt, tmp_path, model_factory):
     other = weight_preservation(m, model_factory("llama", dtype="float64", n_layers=N_LAYERS, seed=5))
     assert other["cos_OV"].abs().mean() < 0.3 and other["cos_W_Q"].abs().mean() < 0.3
     # factored circuit cosine == dense computation for one head
-    from interplab.probes.truth_weights import attention_weights
-
-    wa, wb = attention_weights(m), attention_weights(model_factory("llama", dtype="float64", n_layers=N_LAYERS,
-                                                                  seed=5))
+    wa = m.attention_weights()
+    wb = model_factory("llama", dtype="float64", n_layers=N_LAYERS, seed=5).attention_weights()
     qa, qb = wa["W_Q"][2, 3] @ wa["W_K"][2, 1].T, wb["W_Q"][2, 3] @ wb["W_K"][2, 1].T
     dense = float((qa * qb).sum() / (qa.norm() * qb.norm()))
     assert other.set_index(["layer", "head"]).loc[(2, 3), "cos_QK"] == pytest.approx(dense, abs=1e-12)
@@ -226,9 +224,7 @@ def test_gpt2_padding_invariance_and_weight_layout(model_factory):
     assert float((batched - single).abs().max()) < 1e-5
     wp = weight_preservation(g, g)
     np.testing.assert_allclose(wp[[c for c in wp if c.startswith("cos_")]].to_numpy(), 1.0, atol=1e-12)
-    from interplab.probes.truth_weights import attention_weights
-
-    w = attention_weights(g)
+    w = g.attention_weights()
     c_attn = g.hf_model.transformer.h[1].attn.c_attn.weight.detach().double()
     dh = g.d_head
     assert torch.equal(w["W_Q"][1, 2], c_attn[:, 2 * dh:3 * dh])

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from interplab.core.errors import ShapeError
-from interplab.probes.truth_probe_core import fit_head_probes, kfold_splits, stratified_splits
-from interplab.probes.truth_scores import TruthScores, TruthScoresConfig, truth_scores_from_activations
+from interplab.probes.truth.probe_core import fit_head_probes, kfold_splits, stratified_splits
+from interplab.probes.truth.scores import TruthScores, TruthScoresConfig, truth_scores_from_activations
 
 L, H = 3, 5  # L != H everywhere so a transposed map is caught
 

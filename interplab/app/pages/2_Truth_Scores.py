@@ -6,7 +6,6 @@ pair scatter with the within-layer null, score-vs-evidence scatter, gating sweep
 and a "try it" box generating with and without gating side by side. A thin view over interplab.probes."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -16,8 +15,8 @@ from interplab.app.widgets import model_picker, require_model, show_figure  # no
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures import truth_scores as F  # noqa: E402
 from interplab.interventions.head_gate import GATE_SITES, HeadGate, gate_summary, truth_gates  # noqa: E402
-from interplab.probes.truth_lineage import (RELEASED_DIR, RELEASED_PAIRS, correlation_matrix,  # noqa: E402
-                                            lineage_correlation, load_released_maps, per_layer_correlation)
+from interplab.probes.truth import (RELEASED_PAIRS, correlation_matrix, evidence_summary,  # noqa: E402
+                                    gating_sweep, lineage_correlation, load_released_maps, per_layer_correlation)
 
 st.title("Truth Scores · lineage inheritance · TruthProbe gating")
 st.caption("S(l,h) = 5-fold cross-validated accuracy of a logistic probe on head (l,h)'s output z (before W_O) at "
@@ -29,27 +28,25 @@ name, backend = model_picker("ts_model")
 
 
 @st.cache_data(max_entries=2, show_spinner="Loading the released maps...")
-def _released(directory: str):
+def _released():
     try:
-        return {k: v for k, v in load_released_maps(directory).items()}
-    except InterplabError:
+        return load_released_maps()
+    except InterplabError:  # not shipped with this checkout: the page offers live scoring only
         return {}
 
 
 @st.cache_data(max_entries=8, show_spinner="Scoring the model (capture + batched probes)...")
 def _score(model_name: str, backend: str, n: int, seed: int, fmt: str, epochs: int):
     from interplab.app.state import get_model
-    from interplab.probes.truth_data import ctxmem_truth_set
-    from interplab.probes.truth_scores import evidence_attention, truth_scores
+    from interplab.probes.truth import ProbeRecipe, score_organism
 
-    m = get_model(model_name, backend=backend)
-    items = ctxmem_truth_set(n, seed=seed, fmt=fmt, tokenizer=m.tokenizer)
-    ts = truth_scores(m, items, epochs=epochs)
-    ts.model = model_name
-    return ts, evidence_attention(m, items)
+    res = score_organism(get_model(model_name, backend=backend), name=model_name, recipe=ProbeRecipe(epochs=epochs),
+                         n_samples=n, data_seed=seed, fmt=fmt)
+    res.scores.model = model_name
+    return res.scores, res.evidence_mass
 
 
-released = _released(str(RELEASED_DIR))
+released = _released()
 scored: dict = st.session_state.setdefault("ts_scored", {})
 
 # ------------------------------------------------------------------------------------------------ sources
@@ -136,8 +133,6 @@ else:
 # ------------------------------------------------------------------------------------------------ evidence
 st.header("3 · Evidence attention")
 if current is not None and em_cur is not None:
-    from interplab.probes.truth_analysis import evidence_summary
-
     groups, rho = evidence_summary(current, em_cur)
     c1, c2 = st.columns(2)
     with c1:
@@ -158,7 +153,7 @@ except Exception:  # noqa: BLE001 - no runs folder yet
     runs = pd.DataFrame()
 if len(runs):
     run_path = st.selectbox("Saved sweep run", list(runs["path"])[::-1], key="ts_sweep_run")
-    sweep = load_run(run_path).table("sweep")
+    sweep = load_run(run_path).result("sweep").table
     show_figure(F.gating_sweep(sweep), key="ts_sweep")
     st.dataframe(sweep.round(4), hide_index=True, key="ts_sweep_table")
 else:
@@ -167,8 +162,7 @@ if current is not None and source == "Score a model (CtxMem)":
     with st.expander("Quick live sweep on this model (its own scores)"):
         n_eval = st.number_input("counterfactual prompts", 8, 512, 64, step=8, key="ts_sweep_n")
         if st.button("Run quick sweep", key="ts_sweep_go"):
-            from interplab.probes.truth_analysis import gating_sweep
-            from interplab.probes.truth_data import ctxmem_counterfactual_set
+            from interplab.probes.truth import ctxmem_counterfactual_set
 
             m = require_model(name, backend, key="ts_model")
             evals = ctxmem_counterfactual_set(int(n_eval), fmt=st.session_state.get("ts_fmt", "raw"))

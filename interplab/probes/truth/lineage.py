@@ -8,6 +8,7 @@ overlap of the best heads, and a permutation p-value under a within-layer head-s
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -15,8 +16,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from interplab.core.errors import ConfigError, DataError, ShapeError
+from interplab.probes import stats
 
-RELEASED_DIR = Path("/work/shared/data/truthprobe_scores")
+SHARED_DATA_ENV = "INTERPLAB_SHARED_DATA"
+RELEASED_SUBDIR = "truthprobe_scores"
 
 # The lineages of the released maps (spec §2.3): Llama-2 -> Vicuna -> LLaVA-1.5 / LLaVA-NeXT; Qwen2.5 -> VL / Omni.
 RELEASED_PAIRS = (
@@ -32,31 +35,6 @@ def _as_map(x, name: str) -> np.ndarray:
     if s.ndim != 2:
         raise ShapeError(f"{name} must be a 2-D [n_layers, n_heads] map (or TruthScores), got shape {s.shape}")
     return s
-
-
-def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pearson r along the last axis (rows of equal length), NaN where a row is constant."""
-    a = a - a.mean(-1, keepdims=True)
-    b = b - b.mean(-1, keepdims=True)
-    den = np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, (a * b).sum(-1) / np.where(den > 0, den, 1.0), np.nan)
-
-
-def rankdata(x: np.ndarray) -> np.ndarray:
-    """Average ranks (1-based) along the last axis, ties averaged (as scipy.stats.rankdata 'average')."""
-    x = np.asarray(x, dtype=np.float64)
-    flat = x.reshape(-1, x.shape[-1])
-    out = np.empty_like(flat)
-    for i, row in enumerate(flat):  # rows are few (one per map); the work inside is vectorised
-        order = np.argsort(row, kind="mergesort")
-        srt = row[order]
-        boundaries = np.flatnonzero(np.r_[True, srt[1:] != srt[:-1], True])
-        ranks_sorted = np.empty(len(row))
-        for lo, hi in zip(boundaries[:-1], boundaries[1:]):
-            ranks_sorted[lo:hi] = 0.5 * (lo + hi - 1) + 1
-        out[i, order] = ranks_sorted
-    return out.reshape(x.shape)
 
 
 def topk_jaccard(a, b, top_k_frac: float = 0.05, k: int | None = None) -> float:
@@ -106,12 +84,12 @@ def lineage_correlation(a, b, *, top_k_frac: float = 0.05, n_permutations: int =
     av, bv = A[ok], Bm[ok]
     if av.size < 3:
         raise DataError(f"only {av.size} heads are non-NaN in both maps; need at least 3")
-    pearson = float(_pearson_rows(av, bv))
-    spearman = float(_pearson_rows(rankdata(av), rankdata(bv)))
+    pearson = float(stats.pearson(av, bv))
+    spearman = stats.spearman(av, bv)
     with np.errstate(invalid="ignore"):
         Ac = A - np.nanmean(np.where(ok, A, np.nan), axis=1, keepdims=True)
         Bc = Bm - np.nanmean(np.where(ok, Bm, np.nan), axis=1, keepdims=True)
-    centered = float(_pearson_rows(Ac[ok], Bc[ok]))
+    centered = float(stats.pearson(Ac[ok], Bc[ok]))
     jac = topk_jaccard(np.where(ok, A, np.nan), np.where(ok, Bm, np.nan), top_k_frac)
     k = max(1, int(round(top_k_frac * av.size)))
     out = {"pearson": pearson, "spearman": spearman, "pearson_centered": centered, "topk_jaccard": jac,
@@ -122,8 +100,7 @@ def lineage_correlation(a, b, *, top_k_frac: float = 0.05, n_permutations: int =
         Bp = np.take_along_axis(np.broadcast_to(Bm, (n_permutations, L, H)), perm, axis=-1)
         okp = np.take_along_axis(np.broadcast_to(ok, (n_permutations, L, H)), perm, axis=-1) & ok
         if okp.all():
-            null = _pearson_rows(np.broadcast_to(A.ravel(), (n_permutations, L * H)),
-                                 Bp.reshape(n_permutations, -1))
+            null = stats.pearson(np.broadcast_to(A.ravel(), (n_permutations, L * H)), Bp.reshape(n_permutations, -1))
         else:  # NaNs move with their heads: mask per permutation
             Af = np.broadcast_to(A, Bp.shape)
             m = okp.astype(float)
@@ -149,7 +126,7 @@ def per_layer_correlation(a, b) -> np.ndarray:
     A, Bm = _as_map(a, "a"), _as_map(b, "b")
     if A.shape != Bm.shape:
         raise ShapeError(f"maps have different shapes {A.shape} vs {Bm.shape}")
-    return _pearson_rows(A, Bm)
+    return stats.pearson(A, Bm)
 
 
 STATISTICS = ("pearson", "spearman", "pearson_centered", "topk_jaccard")
@@ -210,11 +187,30 @@ def lineage_table(maps: Mapping[str, object], pairs: Sequence[tuple[str, str]] |
 _RELEASED_RE = re.compile(r"converted_score_cv5_head_metrics_(?P<model>.+)_(?P<data>halueval|rlhfv)_(?P<n>\d+)\.npy$")
 
 
-def load_released_maps(directory=None) -> dict:
-    """The authors' released maps as {model: TruthScores} (model = the file's model tag, e.g. 'llama2')."""
-    from interplab.probes.truth_scores import TruthScores
+def released_dir() -> Path:
+    """The folder of the authors' released maps: $INTERPLAB_SHARED_DATA/truthprobe_scores when the variable is set,
+    else shared/data/truthprobe_scores beside the project folder (a checkout's `../shared`). DataError when absent."""
+    env = os.environ.get(SHARED_DATA_ENV)
+    if env:
+        d = Path(env).expanduser() / RELEASED_SUBDIR
+        where = f"${SHARED_DATA_ENV}={env}"
+    else:
+        import interplab
 
-    d = Path(directory) if directory is not None else RELEASED_DIR
+        d = Path(interplab.__file__).resolve().parents[2] / "shared" / "data" / RELEASED_SUBDIR
+        where = "the project's ../shared/data"
+    if not d.is_dir():
+        raise DataError(f"the released TruthProbe maps are not at {d} ({where}); set {SHARED_DATA_ENV} to the "
+                        f"folder that holds {RELEASED_SUBDIR}/, or pass the maps' folder explicitly")
+    return d
+
+
+def load_released_maps(directory=None) -> dict:
+    """The authors' released maps as {model: TruthScores} (model = the file's model tag, e.g. 'llama2');
+    default folder: `released_dir()`."""
+    from interplab.probes.truth.scores import TruthScores
+
+    d = Path(directory) if directory is not None else released_dir()
     if not d.is_dir():
         raise DataError(f"released-map directory {d} does not exist (expected the TruthProbe truth_scores/*.npy)")
     out = {}

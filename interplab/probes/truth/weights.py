@@ -4,60 +4,23 @@ For every (layer, query head h): cosines between the two models' W_Q^h, W_K^{kv(
 (kv(h) = h // (n_heads / n_kv_heads) under GQA), the relative change ||W_b - W_a||_F / ||W_a||_F of each, and the
 same two measures for the basis-independent circuits QK^h = W_Q^h W_K^{kv(h)T} and OV^h = W_V^{kv(h)} W_O^h
 ([d_model, d_model] each), computed factored through d_head x d_head Gram products, never materialised.
-Weights are read raw from `model.hf_model` (no folding), identically for both models. RoPE is not part of the QK
-circuit here (it is the same fixed rotation for both models).
+Weights come raw from `LabModel.attention_weights()` (no folding), identically for both models. RoPE is not part of
+the QK circuit here (it is the same fixed rotation for both models).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from interplab.core.errors import InputError, ShapeError
+from interplab.core.errors import ShapeError
+from interplab.probes.stats import spearman
 
 
-def _dims(m):
-    hf = getattr(m, "hf_model", m)
-    cfg = hf.config
-    n_layers = int(getattr(cfg, "num_hidden_layers", None) or cfg.n_layer)
-    n_heads = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
-    n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
-    d_model = int(getattr(cfg, "hidden_size", None) or cfg.n_embd)
-    d_head = int(getattr(cfg, "head_dim", None) or d_model // n_heads)
-    return hf, n_layers, n_heads, n_kv, d_model, d_head
+WP_COLUMNS = ("cos_W_Q", "cos_W_K", "cos_W_V", "cos_W_O", "cos_QK", "cos_OV")
 
 
-def attention_weights(model) -> dict[str, torch.Tensor]:
-    """Per-head attention weights in the x @ W convention, float64 on CPU:
-    W_Q [L, H, d_model, d_head], W_K / W_V [L, H_kv, d_model, d_head], W_O [L, H, d_head, d_model].
-    Supports Llama-style (q/k/v/o_proj: Llama, Qwen2, Mistral, ...) and GPT-2 (c_attn / c_proj) modules."""
-    hf, L, H, Hkv, d, dh = _dims(model)
-    base = getattr(hf, "model", None) or getattr(hf, "transformer", None)
-    layers = getattr(base, "layers", None) if base is not None else None
-    out = {"W_Q": [], "W_K": [], "W_V": [], "W_O": []}
-    with torch.no_grad():
-        if layers is not None and hasattr(layers[0], "self_attn"):
-            for layer in layers:
-                a = layer.self_attn
-                q = a.q_proj.weight.detach().double().cpu()          # [H*dh, d]
-                k = a.k_proj.weight.detach().double().cpu()          # [Hkv*dh, d]
-                v = a.v_proj.weight.detach().double().cpu()
-                o = a.o_proj.weight.detach().double().cpu()          # [d, H*dh]
-                out["W_Q"].append(q.reshape(H, dh, d).transpose(1, 2))
-                out["W_K"].append(k.reshape(Hkv, dh, d).transpose(1, 2))
-                out["W_V"].append(v.reshape(Hkv, dh, d).transpose(1, 2))
-                out["W_O"].append(o.T.reshape(H, dh, d))
-        elif base is not None and hasattr(base, "h"):
-            for block in base.h:
-                w = block.attn.c_attn.weight.detach().double().cpu()  # Conv1D [d, 3d], x @ w
-                wq, wk, wv = w.split(d, dim=1)
-                out["W_Q"].append(wq.reshape(d, H, dh).permute(1, 0, 2))
-                out["W_K"].append(wk.reshape(d, H, dh).permute(1, 0, 2))
-                out["W_V"].append(wv.reshape(d, H, dh).permute(1, 0, 2))
-                out["W_O"].append(block.attn.c_proj.weight.detach().double().cpu().reshape(H, dh, d))
-        else:
-            raise InputError(f"weight_preservation does not know the attention layout of {type(hf).__name__}; "
-                             "supported: Llama-style q/k/v/o_proj modules and GPT-2 c_attn/c_proj")
-    return {k: torch.stack(v) for k, v in out.items()}
+def _dims(m) -> tuple[int, int, int, int, int]:
+    return m.n_layers, m.n_heads, m.n_kv_heads, m.d_model, m.d_head
 
 
 def _cos_rel(a: torch.Tensor, b: torch.Tensor):
@@ -84,12 +47,12 @@ def weight_preservation(model_a, model_b):
     head's KV group (GQA); `kv_head` names it."""
     import pandas as pd
 
-    da, db = _dims(model_a)[1:], _dims(model_b)[1:]
+    da, db = _dims(model_a), _dims(model_b)
     if da != db:
         raise ShapeError(f"models differ in (n_layers, n_heads, n_kv_heads, d_model, d_head): {da} vs {db}; weight "
                          "preservation compares heads of the same architecture")
     L, H, Hkv, d, dh = da
-    wa, wb = attention_weights(model_a), attention_weights(model_b)
+    wa, wb = model_a.attention_weights(), model_b.attention_weights()
     group = H // Hkv
     kv = torch.arange(H) // group
     cols: dict[str, torch.Tensor] = {}
@@ -115,11 +78,9 @@ def weight_preservation(model_a, model_b):
 
 def preservation_vs_score_change(wp, scores_a, scores_b, columns=("cos_QK", "cos_OV", "cos_W_Q", "cos_W_O")) -> dict:
     """Spearman over heads between each weight-similarity column and -|S_a - S_b| (higher = better preserved)."""
-    from interplab.probes.truth_lineage import _pearson_rows, rankdata
-
     sa = np.asarray(getattr(scores_a, "scores", scores_a), dtype=np.float64)
     sb = np.asarray(getattr(scores_b, "scores", scores_b), dtype=np.float64)
     if sa.shape != sb.shape or sa.size != len(wp):
         raise ShapeError(f"score maps {sa.shape}/{sb.shape} do not match the {len(wp)} heads of the weight table")
     neg = -np.abs(sa - sb).ravel()
-    return {c: float(_pearson_rows(rankdata(wp[c].to_numpy()), rankdata(neg))) for c in columns}
+    return {c: spearman(wp[c].to_numpy(), neg) for c in columns}

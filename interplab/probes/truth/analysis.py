@@ -7,14 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from interplab.core.errors import ConfigError
-
-
-def spearman(a, b) -> float:
-    from interplab.probes.truth_lineage import _pearson_rows, rankdata
-
-    a = np.asarray(getattr(a, "scores", a), dtype=float).ravel()
-    b = np.asarray(getattr(b, "scores", b), dtype=float).ravel()
-    return float(_pearson_rows(rankdata(a), rankdata(b)))
+from interplab.probes.stats import spearman
 
 
 def evidence_summary(scores, em, *, k_frac: float = 0.25, n_boot: int = 1000, seed: int = 0):
@@ -63,7 +56,7 @@ def gating_sweep(model, items, scores, *, modes: Sequence[str] = ("normalize", "
     import pandas as pd
 
     from interplab.interventions.head_gate import HeadGate, gate_summary, truth_gates
-    from interplab.probes.truth_data import context_following
+    from interplab.probes.truth.data import context_following
 
     s = np.asarray(getattr(scores, "scores", scores), dtype=float)
     HeadGate(np.ones_like(s)).validate(model)  # shape check against the target model

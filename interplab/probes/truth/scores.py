@@ -4,9 +4,9 @@ accuracy for separating context-supported (gold) answers from hallucinated ones.
 S_{l,h} = (1/F) * sum_f accuracy_val_f(l, h), where each (fold, layer, head) has its own zero-initialised logistic
 probe on head (l,h)'s output z (attn_z, before W_O) at the answer's last token, trained with AdamW exactly as the
 authors' code does (spec truth_scores.md §2.2). All probes train together as one batched tensor program
-(`interplab.probes.truth_probe_core.fit_head_probes`).
+(`interplab.probes.truth.probe_core.fit_head_probes`).
 
-    >>> from interplab.probes.truth_scores import truth_scores_from_activations
+    >>> from interplab.probes.truth.scores import truth_scores_from_activations
     >>> ts = truth_scores_from_activations(X, y)        # X [N, L, H, D], y [N] in {0,1}
     >>> ts.scores.shape                                  # (L, H), mean held-out accuracy
 """
@@ -16,14 +16,15 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from interplab.core.shapes import check_score_shape
-from interplab.core.errors import ConfigError, DataError, InputError, ResultsError, ShapeError
-from interplab.probes.truth_probe_core import FOLD_KINDS, fit_head_probes
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.result import Result
+from interplab.probes.truth.probe_core import FOLD_KINDS, fit_head_probes
 
 SITES = ("attn_z",)
 PROBE_POSITIONS = ("last_nonpad",)
@@ -76,7 +77,7 @@ class TruthScoresConfig:
 
 
 @dataclass
-class TruthScores:
+class TruthScores(Result):
     """A Truth-Score map and its cross-validation details.
 
     scores: [n_layers, n_heads] mean held-out accuracy (query heads), float64.
@@ -177,46 +178,6 @@ class TruthScores:
         df.attrs["model"] = self.model
         return df
 
-    # ----- persistence -----
-    def save(self, directory, overwrite: bool = False) -> Path:
-        """Write arrays.safetensors, scores.csv and meta.json atomically into `directory`."""
-        from interplab.core.io import write_arrays, write_json, write_table
-
-        d = Path(directory)
-        if (d / "meta.json").exists() and not overwrite:
-            raise ResultsError(f"{d} already holds a TruthScores; pass overwrite=True or choose another directory")
-        d.mkdir(parents=True, exist_ok=True)
-        write_arrays(d / "arrays.safetensors", {
-            "scores": self.scores, "fold_accuracy": self.fold_accuracy, "fold_precision": self.fold_precision,
-            "fold_recall": self.fold_recall, "fold_f1": self.fold_f1, "n_val": self.n_val,
-            "loss_curve": np.asarray(self.loss_curve, dtype=np.float64)})
-        write_table(d / "scores.csv", self.to_frame())
-        write_json(d / "meta.json", {
-            "kind": "TruthScores", "layout": "[layer, head]", "shape": list(self.scores.shape),
-            "config": dataclasses.asdict(self.config) if self.config is not None else None,
-            "model": self.model, "n_samples": self.n_samples, "n_positive": self.n_positive,
-            "provenance": self.provenance})
-        return d
-
-    @classmethod
-    def load(cls, directory) -> "TruthScores":
-        from interplab.core.io import read_arrays, read_json
-
-        d = Path(directory)
-        if not (d / "meta.json").exists() or not (d / "arrays.safetensors").exists():
-            raise ResultsError(f"{d} is not a saved TruthScores (needs meta.json and arrays.safetensors)")
-        meta, arr = read_json(d / "meta.json"), read_arrays(d / "arrays.safetensors")
-        if meta.get("kind") != "TruthScores":
-            raise DataError(f"{d}/meta.json describes {meta.get('kind')!r}, not TruthScores")
-        if list(arr["scores"].shape) != list(meta["shape"]):
-            raise ShapeError(f"{d}: scores shape {arr['scores'].shape} disagrees with meta shape {meta['shape']}")
-        cfg = TruthScoresConfig(**meta["config"]) if meta.get("config") else None
-        return cls(scores=arr["scores"], fold_accuracy=arr["fold_accuracy"], fold_precision=arr["fold_precision"],
-                   fold_recall=arr["fold_recall"], fold_f1=arr["fold_f1"], n_val=arr["n_val"], config=cfg,
-                   model=meta.get("model", ""), n_samples=int(meta.get("n_samples", 0)),
-                   n_positive=int(meta.get("n_positive", 0)), provenance=meta.get("provenance") or {},
-                   loss_curve=arr.get("loss_curve", np.zeros(0)))
-
     @classmethod
     def from_array(cls, scores, model: str = "", n_layers: int | None = None, n_heads: int | None = None,
                    provenance: dict | None = None) -> "TruthScores":
@@ -250,13 +211,6 @@ class TruthScores:
                 f"max={self.scores.max():.3f}, folds={self.fold_accuracy.shape[0]}, n_samples={self.n_samples})")
 
 
-def _scores_from_fit(fit, cfg, y, model, provenance) -> TruthScores:
-    return TruthScores(scores=fit.accuracy.mean(0), fold_accuracy=fit.accuracy, fold_precision=fit.precision,
-                       fold_recall=fit.recall, fold_f1=fit.f1, n_val=fit.n_val, config=cfg, model=model,
-                       n_samples=int(len(y)), n_positive=int(np.sum(y)), provenance=provenance,
-                       loss_curve=fit.loss_curve)
-
-
 def truth_scores_from_activations(X, y, config: TruthScoresConfig | None = None, *, model: str = "",
                                   device=None, provenance: dict | None = None, **overrides) -> TruthScores:
     """Truth Scores from already-collected activations.
@@ -273,7 +227,9 @@ def truth_scores_from_activations(X, y, config: TruthScoresConfig | None = None,
     prov = {"recipe": "TruthProbe cv5 AdamW zero-init (spec §2.2)", "probe_seconds": time.perf_counter() - t0,
             "fold_test_indices": [te.tolist() for _, te in fit.folds]}
     prov.update(provenance or {})
-    return _scores_from_fit(fit, cfg, y, model, prov)
+    return TruthScores(scores=fit.accuracy.mean(0), fold_accuracy=fit.accuracy, fold_precision=fit.precision,
+                       fold_recall=fit.recall, fold_f1=fit.f1, n_val=fit.n_val, config=cfg, model=model,
+                       n_samples=int(len(y)), n_positive=int(np.sum(y)), provenance=prov, loss_curve=fit.loss_curve)
 
 
 # ----------------------------------------------------------------------------------------------------------

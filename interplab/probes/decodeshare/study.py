@@ -273,17 +273,16 @@ def _alpha_sweep(ctx: _Context, ss: SharedSubspace, haar, e_states: np.ndarray) 
 
 
 def study_patchback(model, evals: Mapping[str, TaskSet], bases: Mapping[str, Condition], *, layer: int,
-                    windows: Sequence[str], controls: bool = True, max_new_tokens: int = 12, batch_size: int = 32,
-                    seed: int = 0, n_boot: int = 2000,
-                    progress: Callable[[str], None] | None = None) -> PatchbackResult:
-    """Rescue rates of the shared-subspace removal (decode-only, plain variant, the "shared" condition's alpha) on
-    the generation flip set of `evals`, per window: same-example (identity check), transfer donor (another
-    baseline-correct example of the same task) and, with `controls`, the same-example donor patched through the
-    variance-matched non-shared and the Haar bases of `bases`."""
+                    windows: Sequence[str], max_new_tokens: int = 12, batch_size: int = 32, seed: int = 0,
+                    n_boot: int = 2000, progress: Callable[[str], None] | None = None) -> PatchbackResult:
+    """Rescue rates of the removal of `bases["shared"]` (decode-only, plain variant, at its alpha) on the
+    generation flip set of `evals`, per window: same-example (identity check), transfer donor (another
+    baseline-correct example of the same task) and the same-example donor patched through the variance-matched
+    non-shared and the Haar bases when `bases` holds them (`build_bases`)."""
     shared = bases["shared"]
     return patchback_rescue(model, {t: s.prompts for t, s in evals.items()},
                             {t: s.answers for t, s in evals.items()}, layer=layer, ablation_basis=shared.basis,
-                            alpha=shared.alpha, controls=patchback_controls(bases) if controls else {},
+                            alpha=shared.alpha, controls=patchback_controls(bases),
                             windows=list(windows), max_new_tokens=max_new_tokens, batch_size=batch_size,
                             stop_tokens=sorted({s.stop for s in evals.values()}), seed=seed, n_boot=n_boot,
                             progress=progress)

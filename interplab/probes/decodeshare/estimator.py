@@ -456,7 +456,7 @@ def planted_factor_states(*, n_tasks: int = 5, n_per_task: int | Sequence[int] =
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Small statistics helpers
+# Count matching
 # --------------------------------------------------------------------------------------------------------------
 def match_state_counts(a: Mapping[str, Any], b: Mapping[str, Any], *, seed: int = 0
                        ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

@@ -228,7 +228,7 @@ def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_
             "controls": {n: int(np.asarray(b).shape[1]) for n, b in (controls or {}).items()}}
     if len(flip) == 0:
         say("patchback: the ablation flipped no example; nothing to rescue")
-        return PatchbackResult(pd.DataFrame(columns=TABLE_COLUMNS), pd.DataFrame(), info)
+        return PatchbackResult(pd.DataFrame(columns=TABLE_COLUMNS), pd.DataFrame(columns=EXAMPLE_COLUMNS), info)
 
     sources, info["transfer_missing"] = _patch_sources(model, Q, flip, base, tasks, answers, controls=controls,
                                                        transfer=transfer, transfer_same_length=transfer_same_length,
@@ -258,6 +258,7 @@ def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_
 
 TABLE_COLUMNS = ["source", "window", "task", "n_flip", "n_rescued", "rescue_rate", "lo", "hi", "identical_rate",
                  "patch_k", "n_edited", "n_no_donor"]
+EXAMPLE_COLUMNS = ["source", "window", "task", "example", "rescued", "identical", "donor"]
 
 
 def _patched_run(model, abl, base: DecodeRecord, basis, donor_idx, window, prompts, answers, gen_kw):

@@ -21,7 +21,7 @@ def main(reps: int = 5) -> None:
     torch.set_num_threads(1)
     import interplab
     from interplab.interventions.projection import SubspaceProjection
-    from interplab.probes.subspaces import haar_basis
+    from interplab.probes.decodeshare.subspaces import haar_basis
     from interplab.testing import make_random_checkpoint
 
     B, K, d, L = 16, 64, 128, 4

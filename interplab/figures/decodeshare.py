@@ -138,7 +138,7 @@ def null_histogram(results: Sequence, *, title: str = "Significance nulls for |S
 def principal_angle_figure(angles: Mapping[str, Sequence[float]], *, title: str = "Principal angles"):
     """Empirical CDFs of principal angles (degrees) for each labelled pair of bases."""
     go = _go()
-    from interplab.probes.subspaces import angle_summary
+    from interplab.probes.decodeshare.subspaces import angle_summary
 
     fig = go.Figure()
     for i, (label, a) in enumerate(angles.items()):
@@ -272,7 +272,7 @@ def ranking_scatter_figure(scores, metrics=None, *, title: str | None = None):
     from scores when None)."""
     from plotly.subplots import make_subplots
 
-    from interplab.probes.decodeshare_ranking import PROXIES, ranking_metrics
+    from interplab.probes.decodeshare.ranking import PROXIES, ranking_metrics
 
     go = _go()
     m = ranking_metrics(scores) if metrics is None else metrics

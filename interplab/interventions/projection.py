@@ -84,7 +84,7 @@ class SubspaceProjection(SubspaceEdit):
         if self.stage is not None:
             if self.stage < 1:
                 raise InputError(f"stage must be >= 1 (edit the first `stage` generated tokens); got {stage}")
-            positions = _compose(_staged(self.stage), positions)
+            positions = _compose(staged_positions(self.stage), positions)
         if self.boundary:
             if "decode" not in self.phases:
                 raise InputError("boundary=True edits the last prompt token as the first decode step; "
@@ -144,7 +144,8 @@ class SubspaceProjection(SubspaceEdit):
                 f"phases={self.user_phases}{extra}{pos})")
 
 
-def _staged(stage: int):
+def staged_positions(stage: int):
+    """Position spec of the first `stage` generated tokens of every row (positions < prompt length + stage)."""
     def spec(ctx: StepContext) -> torch.Tensor:
         return ctx.positions < (ctx.prompt_lengths[:, None] + stage)
     return spec

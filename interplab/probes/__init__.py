@@ -27,8 +27,9 @@ _export("crh_spiral", "optimise_steering_vectors", "spiral_probe", "SteeringVect
 _export("decodeshare", "collect_decode_states", "collect_decode_states_multi", "collect_prefill_states",
         "shared_subspace", "SharedSubspace", "SharedSubspaceConfig", "null_permutation", "null_rotation", "NullResult",
         "loto_subspaces", "sensitivity_sweep", "planted_factor_states", "match_state_counts", "score_forced_choice",
-        "ForcedChoiceScores", "generate_exact_match", "GenerationScores", "bootstrap_ci", "paired_signflip_test")
-_export("subspaces", "orthonormalize", "principal_angles", "subspace_overlap", "energy_ratio", "haar_basis",
+        "ForcedChoiceScores", "generate_exact_match", "GenerationScores")
+_export("stats", "bootstrap_ci", "paired_signflip_test")
+_export("decodeshare.subspaces", "orthonormalize", "principal_angles", "subspace_overlap", "energy_ratio", "haar_basis",
         "variance_matched_control", "energy_pool", "alpha_matched_control", "k_matched_control", "steering_overlap",
         "repair_vector")
 

@@ -102,7 +102,8 @@ def test_page_patchback_figure(monkeypatch, toy_ckpt):
     the table, and passes the chosen windows through."""
     import pandas as pd
 
-    import interplab.probes.decodeshare_patchback as pbmod
+    import interplab.probes.decodeshare.study as studymod
+    from interplab.probes.decodeshare import PatchbackResult
 
     seen = {}
 
@@ -112,9 +113,9 @@ def test_page_patchback_figure(monkeypatch, toy_ckpt):
                  "lo": 0.0, "hi": 1.0, "identical_rate": 0.5, "patch_k": 2, "n_edited": 8, "n_no_donor": 0}
                 for src, r in (("same", 4), ("transfer", 2), ("haar", 0)) for w in ("{0}", "all")
                 for t in ("copy", "all")]
-        return pbmod.PatchbackResult(pd.DataFrame(rows), pd.DataFrame(), {"n_flip": 4, "baseline_acc": 0.5})
+        return PatchbackResult(pd.DataFrame(rows), pd.DataFrame(), {"n_flip": 4, "baseline_acc": 0.5})
 
-    monkeypatch.setattr(pbmod, "patchback_rescue", fake)
+    monkeypatch.setattr(studymod, "patchback_rescue", fake)
     monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(toy_ckpt))
     at = _small_page()
     at.multiselect(key="ds_pb_windows").set_value(["0", "0,1"])

@@ -4,10 +4,10 @@ import pytest
 
 from interplab.core.errors import ConfigError, InputError, ResultsError, ShapeError
 from interplab.probes.decodeshare import (
-    SharedSubspace, bootstrap_ci, loto_subspaces, match_state_counts, null_permutation, null_rotation,
-    paired_signflip_test, planted_factor_states, shared_subspace,
+    SharedSubspace, loto_subspaces, match_state_counts, null_permutation, null_rotation, planted_factor_states,
+    principal_angles, projector, shared_subspace,
 )
-from interplab.probes.subspaces import principal_angles, projector
+from interplab.probes.stats import bootstrap_ci, paired_signflip_test
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ def toy_random(tmp_path_factory):
 
 def test_multitask_sets_candidates(toy_random):
     import interplab
-    from interplab.experiments.decodeshare import multitask_sets
+    from interplab.probes.decodeshare import multitask_sets
 
     m = interplab.load_model(toy_random)
     sets = multitask_sets(m, ["copy", "sort", "mc"], 5, split="test", fmt="raw")
@@ -97,7 +97,7 @@ def test_decodeshare_patchback_part_runs(toy_random, tmp_path):
     path = run_experiment("decodeshare", {
         "model": str(toy_random), "tasks": "copy,rev", "n_calib": 6, "n_eval": 4, "null_perm_B": 20,
         "null_rot_B": 0, "n_boot": 50, "calib_max_new_tokens": 5, "eval_max_new_tokens": 5, "tau_k": 1.0,
-        "rho": 0.8, "parts": "patchback", "patch_windows": "0;all"}, root=tmp_path)
+        "rho": 0.8, "parts": "patchback", "patch_windows": ["0", "all"]}, root=tmp_path)
     info = read_json(path / "json" / "info.json")
     if info["k_s"] == 0:
         pytest.skip("no shared direction on this random model")

@@ -8,9 +8,8 @@ from interplab.core.errors import ConfigError, InputError
 from interplab.core.edit import PHASES
 from interplab.interventions.projection import SubspaceProjection, teacher_forced
 from interplab.probes.decodeshare import (
-    collect_decode_states, collect_prefill_states, generate_exact_match, score_forced_choice,
+    collect_decode_states, collect_prefill_states, generate_exact_match, haar_basis, score_forced_choice,
 )
-from interplab.probes.subspaces import haar_basis
 
 # Prompts of different lengths: every batched check below runs on a left-padded batch.
 PROMPTS = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11 w12", "w3"]

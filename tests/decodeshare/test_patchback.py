@@ -8,8 +8,8 @@ import torch
 from interplab.core.errors import InputError, ShapeError
 from interplab.interventions.patchback import SubspacePatchback, parse_window, window_label
 from interplab.interventions.projection import SubspaceProjection
-from interplab.probes.decodeshare_patchback import patchback_rescue, pick_transfer_donors, PatchbackResult
-from interplab.probes.subspaces import haar_basis
+from interplab.probes.decodeshare import PatchbackResult, haar_basis, patchback_rescue
+from interplab.probes.decodeshare.patchback import pick_transfer_donors
 
 PROMPTS = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11 w12", "w3"]  # left-padded batch
 LAYER = 1

@@ -1,4 +1,4 @@
-"""Stage-aligned steering ranking (probes.decodeshare_ranking): where TRAD / DECODE steering acts, zero vectors
+"""Stage-aligned steering ranking (probes.decodeshare.ranking): where TRAD / DECODE steering acts, zero vectors
 score exactly 0, and the proxy metrics equal hand-computed values."""
 import numpy as np
 import pandas as pd
@@ -30,8 +30,8 @@ def _resid(model, seq, layer, edit=None, plen=None):
 
 
 def test_trad_and_decode_edit_only_their_positions(toy_random):
-    from interplab.experiments.decodeshare import multitask_sets
-    from interplab.probes.decodeshare_ranking import decode_edit, trad_edit
+    from interplab.probes.decodeshare import multitask_sets
+    from interplab.probes.decodeshare.ranking import decode_edit, trad_edit
 
     m, L, stage, scale = toy_random, 0, 2, 3.0
     s = multitask_sets(m, ["copy"], 1, seed=3)["copy"]
@@ -61,8 +61,8 @@ def test_trad_and_decode_edit_only_their_positions(toy_random):
 
 
 def test_zero_vector_scores_exactly_zero_and_result_roundtrip(toy_random, tmp_path):
-    from interplab.experiments.decodeshare import multitask_sets
-    from interplab.probes.decodeshare_ranking import RankingResult, steering_ranking
+    from interplab.probes.decodeshare import multitask_sets
+    from interplab.probes.decodeshare import RankingResult, steering_ranking
 
     m = toy_random
     tasks = ["copy", "mc"]
@@ -82,7 +82,7 @@ def test_zero_vector_scores_exactly_zero_and_result_roundtrip(toy_random, tmp_pa
 
 
 def test_ranking_metrics_hand_computed():
-    from interplab.probes.decodeshare_ranking import ranking_metrics
+    from interplab.probes.decodeshare import ranking_metrics
 
     real = np.arange(12, dtype=float)            # vector i has REAL = i; best = 11
     trad = real[::-1].copy()                      # reversed ranking: rho = -1, picks vector 0
@@ -107,19 +107,19 @@ def test_ranking_metrics_hand_computed():
 
 
 def test_ranking_part_runs_end_to_end(toy_random, tmp_path):
-    from interplab.experiments.decodeshare import run_decodeshare, DecodeShareConfig
-    from interplab.probes.decodeshare_ranking import unit_rows
+    from interplab.probes.decodeshare import DecodeShareConfig, run_study
+    from interplab.probes.decodeshare.ranking import unit_rows
 
-    cfg = DecodeShareConfig(model="unused", tasks="copy,rev,mc", n_calib=6, n_eval=3, null_perm_B=20, null_rot_B=0,
-                            calib_max_new_tokens=4, eval_max_new_tokens=5, tau_k=1.0, rho=0.8, parts="ranking",
+    cfg = DecodeShareConfig(model="unused", tasks=["copy", "rev", "mc"], n_calib=6, n_eval=3, null_perm_B=20, null_rot_B=0,
+                            calib_max_new_tokens=4, eval_max_new_tokens=5, tau_k=1.0, rho=0.8, parts=["ranking"],
                             rank_n_eval=3, rank_real_sets=2, rank_n_caa=2, rank_n_instr=2, rank_n_random=2,
                             rank_caa_subset=4, rank_top_k=3)
-    out = run_decodeshare(cfg, model=toy_random)
-    rk = out["ranking"]
+    out = run_study(toy_random, cfg)
+    rk = out.ranking
     assert list(rk.scores["family"]) == ["caa"] * 2 + ["instruction"] * 2 + ["random"] * 2
     assert np.allclose(rk.scores["norm"], rk.info["alpha"] * rk.info["mean_resid_norm"])
     assert np.allclose(rk.scores["real"], rk.scores[["real_0", "real_1"]].mean(1))
     assert set(rk.metrics["group"]) == {"all", "caa", "instruction", "random"}
-    assert "table" not in out and "steering" not in out
+    assert out.table is None and out.steering is None
     v = unit_rows([[3.0, 4.0], [0.0, 0.0]])
     assert np.allclose(v, [[0.6, 0.8], [0.0, 0.0]])

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from interplab.core.errors import ConfigError, InputError, ShapeError
-from interplab.probes.subspaces import (
+from interplab.probes.decodeshare.subspaces import (
     alpha_matched_control, check_basis, cumulative_energy, energy_pool, energy_ratio, haar_basis, k_matched_control,
     mean_energy, orthonormalize, principal_angles, project_out, projector, repair_vector, steering_overlap,
     subspace_overlap, variance_matched_control,

@@ -1,7 +1,7 @@
 """DecodeShare page: the task-shared subspace of decode-time states, decode-only projection and its controls.
 
-A thin view over `interplab.probes.decodeshare`, `interplab.interventions.projection` and
-`interplab.experiments.decodeshare` (the same calls a script makes)."""
+A thin view over `interplab.probes.decodeshare` and `interplab.interventions.projection` (the same calls a script
+makes)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,18 +13,16 @@ st.set_page_config(page_title="interplab · DecodeShare", page_icon=":microscope
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
-from interplab.experiments.decodeshare import (  # noqa: E402
-    ALL_TASKS, DecodeShareConfig, multitask_sets, resolve_format, run_decodeshare,
-)
+from interplab.experiments.registry import parse_value  # noqa: E402
 from interplab.figures.decodeshare import (  # noqa: E402
     ablation_figure, alpha_sweep_figure, h3_grid_figure, principal_angle_figure, sensitivity_figure,
     variance_share_heatmap,
 )
 from interplab.interventions.projection import SubspaceProjection  # noqa: E402
 from interplab.probes.decodeshare import (  # noqa: E402
-    collect_decode_states, collect_prefill_states, match_state_counts, sensitivity_sweep, shared_subspace,
+    ALL_TASKS, Condition, DecodeShareConfig, build_bases, calibration_states, estimate_subspaces, multitask_sets,
+    resolve_format, run_study, sensitivity_sweep, study_patchback,
 )
-from interplab.probes.subspaces import principal_angles  # noqa: E402
 
 st.title("DecodeShare")
 st.caption("Residual states at generated tokens (KV-cached decode steps) share a small subspace across tasks "
@@ -75,20 +73,14 @@ fmt_used = resolve_format(name, fmt)
 
 @st.cache_data(max_entries=8, show_spinner="Generating and collecting decode/prefill states...")
 def _states(key: tuple, layer: int, tasks: tuple, n_calib: int, max_new: int, fmt: str, _model=None):
-    calib = multitask_sets(_model, list(tasks), n_calib, seed=0, split="train", fmt=fmt)
-    prompts = {t: s.prompts for t, s in calib.items()}
-    dec = collect_decode_states(_model, prompts, layer=layer, max_new_tokens=max_new)
-    pre = collect_prefill_states(_model, prompts, layer=layer)
-    return dec, pre
+    return calibration_states(_model, tasks, layer=layer, n_calib=n_calib, max_new_tokens=max_new, fmt=fmt)
 
 
 try:
-    dec, pre = _states(model_key, layer, tuple(tasks), n_calib, max_new, fmt_used, _model=model)
-    est = dict(rho=rho, tau=tau, tau_k=tau_k, m=m, mode=mode)
-    ss = shared_subspace(dec, **est)
-    ss_pre = shared_subspace(pre, **est)
-    dm, pm = match_state_counts(dec, pre)
-    ss_dm = shared_subspace(dm, **est)
+    calib = _states(model_key, layer, tuple(tasks), n_calib, max_new, fmt_used, _model=model)
+    dec, pre = calib.decode, calib.prefill
+    est = estimate_subspaces(calib, rho=rho, tau=tau, tau_k=tau_k, m=m, mode=mode)
+    ss, ss_pre = est.decode, est.prefill
 except InterplabError as e:
     st.error(str(e))
     st.stop()
@@ -111,8 +103,7 @@ with left:
     sweep = sensitivity_sweep(dec, rho=rho, tau=ss.tau, **kw)
     show_figure(sensitivity_figure(sweep, title="|S| and k vs tau and rho"), key="ds_sens")
 with right:
-    angles = {"decode vs prefill": principal_angles(ss.basis, ss_pre.basis),
-              "decode (count-matched) vs prefill": principal_angles(ss_dm.basis, ss_pre.basis)}
+    angles = est.angles()
     if any(len(a) for a in angles.values()):
         show_figure(principal_angle_figure(angles, title="Principal angles: decode vs prefill shared subspaces"),
                     key="ds_angles")
@@ -151,11 +142,6 @@ n_eval = int(e1.slider("Eval examples per task", 4, 64, 12, key="ds_neval"))
 alphas = e2.text_input("alphas", "0,0.5,1,1.5", key="ds_alphas")
 parts = e3.multiselect("Sections", ["table", "h3", "alpha"], default=["table"], key="ds_parts")
 if st.button("Run ablation", key="ds_run", disabled=ss.k_s == 0 or not parts):
-    cfg = DecodeShareConfig(model=name, backend=backend, dtype=dtype, format=fmt_used, tasks=",".join(tasks),
-                            layer=layer, n_calib=n_calib, n_eval=n_eval, calib_max_new_tokens=max_new,
-                            eval_max_new_tokens=max_new + 2, rho=rho, tau=tau, tau_k=tau_k or 0.0,
-                            m=m or 0, mode=mode, null_perm_B=200, null_rot_B=0, alphas=alphas, n_boot=500,
-                            parts=",".join(parts))
     bar = st.progress(0.0, text="starting")
     steps = {"n": 0}
 
@@ -164,7 +150,13 @@ if st.button("Run ablation", key="ds_run", disabled=ss.k_s == 0 or not parts):
         bar.progress(min(0.99, steps["n"] / 30), text=msg)
 
     try:
-        st.session_state["ds_result"] = (model_key, run_decodeshare(cfg, model=model, progress=_progress))
+        cfg = DecodeShareConfig(model=name, backend=backend, dtype=dtype, format=fmt_used, tasks=list(tasks),
+                                layer=layer, n_calib=n_calib, n_eval=n_eval, calib_max_new_tokens=max_new,
+                                eval_max_new_tokens=max_new + 2, rho=rho, tau=tau, tau_k=tau_k or 0.0,
+                                m=m or 0, mode=mode, null_perm_B=200, null_rot_B=0,
+                                alphas=parse_value(alphas, list[float], field="alphas"), n_boot=500,
+                                parts=list(parts))
+        st.session_state["ds_result"] = (model_key, run_study(model, cfg, progress=_progress))
     except InterplabError as e:
         st.error(str(e))
     bar.empty()
@@ -172,18 +164,18 @@ if st.button("Run ablation", key="ds_run", disabled=ss.k_s == 0 or not parts):
 res = st.session_state.get("ds_result")
 if res is not None and res[0] == model_key:
     out = res[1]
-    if "error" in out:
-        st.warning(out["error"])
+    if out.error:
+        st.warning(out.error)
     metric = st.radio("Metric", ["gen", "fc"], horizontal=True, key="ds_metric",
                       format_func=lambda x: {"gen": "generation exact match", "fc": "forced choice"}[x])
-    if "table" in out:
-        show_figure(ablation_figure(out["table"], metric=metric), key="ds_ablation")
-        cond = pd.DataFrame([{"condition": k, **v} for k, v in out["info"].get("conditions", {}).items()])
+    if out.table is not None:
+        show_figure(ablation_figure(out.table, metric=metric), key="ds_ablation")
+        cond = pd.DataFrame([{"condition": k, **v} for k, v in out.info.get("conditions", {}).items()])
         st.dataframe(cond, hide_index=True, key="ds_conditions")
-    if "h3" in out:
-        show_figure(h3_grid_figure(out["h3"], metric=metric), key="ds_h3")
-    if "alpha_sweep" in out:
-        show_figure(alpha_sweep_figure(out["alpha_sweep"], metric=metric), key="ds_alpha")
+    if out.h3 is not None:
+        show_figure(h3_grid_figure(out.h3, metric=metric), key="ds_h3")
+    if out.alpha_sweep is not None:
+        show_figure(alpha_sweep_figure(out.alpha_sweep, metric=metric), key="ds_alpha")
 
 st.subheader("Patchback")
 st.caption("On the examples the decode-only removal of the shared subspace flips (baseline correct, ablated "
@@ -196,9 +188,6 @@ pb_windows = p1.multiselect("Decode-step windows", ["0", "0,1", "all"], default=
 pb_extra = p2.text_input("Extra window (decode steps, e.g. 1,2)", "", key="ds_pb_extra")
 pb_controls = p3.checkbox("Non-shared and Haar controls", True, key="ds_pb_controls")
 if st.button("Run patchback", key="ds_pb_run", disabled=ss.k_s == 0):
-    from interplab.experiments.decodeshare import build_bases
-    from interplab.probes.decodeshare_patchback import patchback_controls, patchback_rescue
-
     windows = list(pb_windows) + ([pb_extra.strip()] if pb_extra.strip() else [])
     pb_bar = st.progress(0.0, text="starting")
     pb_steps = {"n": 0}
@@ -209,16 +198,10 @@ if st.button("Run patchback", key="ds_pb_run", disabled=ss.k_s == 0):
 
     try:
         evals_pb = multitask_sets(model, list(tasks), n_eval, seed=1, split="test", fmt=fmt_used)
-        controls = {}
-        if pb_controls:
-            bases = build_bases(ss, ss_pre, np.concatenate(list(dec.values())), alpha=1.0, seed=0,
-                                prefill_states=pre)
-            controls = patchback_controls(bases)
-        pb = patchback_rescue(model, {t: s.prompts for t, s in evals_pb.items()},
-                              {t: s.answers for t, s in evals_pb.items()}, layer=layer, ablation_basis=ss.basis,
-                              alpha=1.0, controls=controls, windows=windows, max_new_tokens=max_new + 2,
-                              stop_tokens=sorted({s.stop for s in evals_pb.values()}), seed=0, n_boot=500,
-                              progress=_pb_progress)
+        bases = ({"shared": Condition(ss.basis, 1.0, "decode Q_S")} if not pb_controls else
+                 build_bases(ss, ss_pre, np.concatenate(list(dec.values())), alpha=1.0, seed=0, prefill_states=pre))
+        pb = study_patchback(model, evals_pb, bases, layer=layer, windows=windows,
+                             max_new_tokens=max_new + 2, seed=0, n_boot=500, progress=_pb_progress)
         st.session_state["ds_pb_result"] = (model_key, pb)
     except InterplabError as e:
         st.session_state.pop("ds_pb_result", None)

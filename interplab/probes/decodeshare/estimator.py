@@ -3,7 +3,7 @@
 Model-free part (this section): the shared-subspace estimator in two modes, its two significance nulls, leave-one-
 task-out bases, the planted-factor generator and small statistics helpers. The model part (state collection under
 the KV cache, forced-choice and generation scoring with decode-only edits) is in
-`interplab.probes.decodeshare_model` and goes through `LabModel.generate` / `LabModel.run` only.
+`interplab.probes.decodeshare.model` and goes through `LabModel.generate` / `LabModel.run` only.
 
 Estimator, `mode="paper"` (Algorithm 1 of the paper; the default). For tasks t with states X_t [n_t, d]:
   1. centre each X_t on its own mean (``center``), 2. subsample every task to n = min_t n_t (``balance``),
@@ -18,29 +18,20 @@ the reference code, whose columns are only normalised).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from interplab.core.errors import ConfigError, DataError, InputError, ResultsError, ShapeError
-from interplab.probes.subspaces import (  # noqa: F401  (re-exported for convenience)
-    angle_summary,
-    haar_basis,
-    orthonormalize,
-    principal_angles,
-    repair_vector,
-    steering_overlap,
-    subspace_overlap,
-)
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.result import Result
+from interplab.core.shapes import orthonormalize
+from interplab.probes.decodeshare.subspaces import haar_basis
 
 __all__ = [
     "SharedSubspaceConfig", "SharedSubspace", "shared_subspace", "NullResult", "null_permutation",
-    "null_rotation", "loto_subspaces", "sensitivity_sweep", "PlantedFactors", "planted_factor_states", "match_state_counts",
-    "bootstrap_ci", "paired_signflip_test", "steering_overlap", "repair_vector", "collect_decode_states",
-    "collect_decode_states_multi", "collect_prefill_states", "ForcedChoiceScores", "score_forced_choice", "GenerationScores",
-    "generate_exact_match", "stop_token_ids",
+    "null_rotation", "loto_subspaces", "sensitivity_sweep", "PlantedFactors", "planted_factor_states",
+    "match_state_counts",
 ]
 
 ESTIMATOR_MODES = ("paper", "repo")
@@ -99,7 +90,7 @@ class SharedSubspaceConfig:
 
 
 @dataclass
-class SharedSubspace:
+class SharedSubspace(Result):
     """Result of `shared_subspace`.
 
     basis [d, k_s]: orthonormal basis of the shared subspace Q_S (k_s = len(shared_idx), may be 0).
@@ -178,36 +169,6 @@ class SharedSubspace:
             "explained": np.tile(self.explained[:k], T),
             "mode": self.mode,
         })
-
-    def save(self, path) -> Path:
-        from interplab.core.io import write_arrays, write_json
-
-        path = Path(path)
-        write_arrays(path / "shared_subspace.safetensors", {
-            "basis": self.basis, "components": self.components, "explained": self.explained,
-            "shares": self.shares, "task_variances": self.task_variances, "counts": self.counts,
-            "shared_idx": np.asarray(self.shared_idx, dtype=np.int64)})
-        write_json(path / "shared_subspace.json", {"k": self.k, "tasks": list(self.tasks), "n_rows": self.n_rows,
-                                                  "m_used": self.m_used, "config": asdict(self.config),
-                                                  "tau_used": self.tau,
-                                                  "kind": "SharedSubspace"})
-        return path
-
-    @classmethod
-    def load(cls, path) -> "SharedSubspace":
-        from interplab.core.io import read_arrays, read_json
-
-        path = Path(path)
-        meta_p, arr_p = path / "shared_subspace.json", path / "shared_subspace.safetensors"
-        if not meta_p.exists() or not arr_p.exists():
-            raise ResultsError(f"{path} does not hold a saved SharedSubspace (need shared_subspace.json and "
-                               "shared_subspace.safetensors); save one with SharedSubspace.save(dir)")
-        meta, arr = read_json(meta_p), read_arrays(arr_p)
-        return cls(basis=arr["basis"], components=arr["components"], explained=arr["explained"], k=int(meta["k"]),
-                   shares=arr["shares"], task_variances=arr["task_variances"], counts=arr["counts"],
-                   shared_idx=arr["shared_idx"], tasks=tuple(meta["tasks"]),
-                   n_rows={k: int(v) for k, v in meta["n_rows"].items()}, m_used=int(meta["m_used"]),
-                   config=SharedSubspaceConfig(**meta["config"]), tau_used=meta.get("tau_used"))
 
 
 def _as_states(states_by_task: Mapping[str, Any]) -> tuple[list[str], list[np.ndarray]]:
@@ -359,7 +320,7 @@ def sensitivity_sweep(states_by_task: Mapping[str, Any], *, taus: Sequence[float
 # Significance nulls
 # --------------------------------------------------------------------------------------------------------------
 @dataclass
-class NullResult:
+class NullResult(Result):
     """A null distribution of |S|: observed |S|, the B null values, and p = (#{null >= obs} + 1) / (B + 1)."""
     kind: str
     observed: int
@@ -495,7 +456,7 @@ def planted_factor_states(*, n_tasks: int = 5, n_per_task: int | Sequence[int] =
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Small statistics helpers
+# Count matching
 # --------------------------------------------------------------------------------------------------------------
 def match_state_counts(a: Mapping[str, Any], b: Mapping[str, Any], *, seed: int = 0
                        ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -510,34 +471,3 @@ def match_state_counts(a: Mapping[str, Any], b: Mapping[str, Any], *, seed: int 
         oa[t] = xa if len(xa) == n else xa[np.sort(rng.choice(len(xa), n, replace=False))]
         ob[t] = xb if len(xb) == n else xb[np.sort(rng.choice(len(xb), n, replace=False))]
     return oa, ob
-
-
-def bootstrap_ci(values, *, B: int = 5000, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
-    """(mean, lo, hi): percentile bootstrap CI of the mean of `values` (B resamples, vectorised)."""
-    x = np.asarray(values, dtype=np.float64).reshape(-1)
-    if x.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(B, x.size))
-    means = x[idx].mean(axis=1)
-    a = (1 - level) / 2
-    return float(x.mean()), float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
-
-
-def paired_signflip_test(a, b, *, B: int = 10000, seed: int = 0) -> float:
-    """Two-sided paired sign-flip test of mean(a - b) = 0; p = (c + 1) / (B + 1)."""
-    diff = np.asarray(a, dtype=np.float64).reshape(-1) - np.asarray(b, dtype=np.float64).reshape(-1)
-    if diff.size == 0:
-        return float("nan")
-    rng = np.random.default_rng(seed)
-    obs = abs(diff.mean())
-    signs = rng.choice(np.array([-1.0, 1.0]), size=(B, diff.size))
-    null = np.abs((signs * diff).mean(axis=1))
-    return float((np.sum(null >= obs - 1e-15) + 1) / (B + 1))
-
-
-# The model part lives in its own module; its names stay importable from here.
-from interplab.probes.decodeshare_model import (  # noqa: E402,F401
-    ForcedChoiceScores, GenerationScores, collect_decode_states, collect_decode_states_multi,
-    collect_prefill_states, generate_exact_match, score_forced_choice, stop_token_ids,
-)

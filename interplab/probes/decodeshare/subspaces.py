@@ -39,7 +39,7 @@ def check_basis(basis, d: int | None = None, *, atol: float = 1e-6, name: str = 
         err = np.abs(g - np.eye(b.shape[1])).max()
         if err > atol:
             raise InputError(f"{name} columns are not orthonormal (max |Q^T Q - I| = {err:.2e}); "
-                             "call interplab.probes.subspaces.orthonormalize(basis) first")
+                             "call interplab.core.shapes.orthonormalize(basis) first")
     return b
 
 

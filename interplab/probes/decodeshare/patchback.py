@@ -27,14 +27,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from interplab.core.errors import ConfigError, InputError, ShapeError
-from interplab.probes.table_result import TableResult
+from interplab.core.result import Result
+from interplab.probes.decodeshare.model import _chunks, _encode_prompt, _encode_words, resid_site, stop_token_ids
+from interplab.probes.stats import bootstrap_ci
 
 __all__ = ["DecodeRecord", "record_generation", "PatchbackResult", "patchback_rescue", "pick_transfer_donors",
            "patchback_controls"]
 
-# patch source name -> key of the ablation control basis it patches through (see experiments.decodeshare.build_bases)
+# patch source name -> the ablation condition whose basis it patches through (see `build_bases`)
 CONTROL_BASES = {"non-shared": "var-matched", "haar": "haar"}
 
 
@@ -51,11 +54,12 @@ class DecodeRecord:
     valid: np.ndarray
 
 
-def patchback_controls(bases: Mapping[str, Mapping]) -> dict:
+def patchback_controls(bases: Mapping[str, Any]) -> dict:
     """{patch source: basis} of the control patches: the same-example donor patched through the variance-matched
-    non-shared basis and through the Haar basis of the ablation table (`build_bases` output); missing ones skipped."""
-    return {name: bases[key]["basis"] for name, key in CONTROL_BASES.items()
-            if bases.get(key, {}).get("basis") is not None}
+    non-shared basis and through the Haar basis of the ablation table (`build_bases` output, name -> `Condition`);
+    missing or skipped ones are left out."""
+    return {name: bases[key].basis for name, key in CONTROL_BASES.items()
+            if key in bases and bases[key].basis is not None}
 
 
 def _score(new: Sequence[int], answer: Sequence[int], stops: set) -> bool:
@@ -71,12 +75,10 @@ def record_generation(model, prompts: Sequence, answers: Sequence, *, layer: int
     (the last generated token is never fed back)."""
     import torch
 
-    from interplab.probes.decodeshare_model import _encode_prompt, _encode_words, _site, _chunks, stop_token_ids
-
     prompts, answers = list(prompts), list(answers)
     if len(prompts) != len(answers):
         raise ShapeError(f"{len(prompts)} prompts but {len(answers)} answers")
-    site = _site(model, layer)
+    site = resid_site(model, layer)
     stops = set(stop_tokens if stop_tokens is not None else stop_token_ids(model))
     K = max_new_tokens - 1
     n, d = len(prompts), model.d_model
@@ -120,7 +122,7 @@ def pick_transfer_donors(tasks: Sequence[str], ok: np.ndarray, targets: Sequence
 
 
 @dataclass
-class PatchbackResult(TableResult):
+class PatchbackResult(Result):
     """Rescue rates.
 
     table: one row per (source, window, task incl. 'all'): n_flip, n_rescued, rescue_rate with a 95% bootstrap CI
@@ -128,11 +130,8 @@ class PatchbackResult(TableResult):
     (flipped rows without a donor; left unpatched, so counted as not rescued).
     examples: per flipped example and condition: rescued, identical, donor. info: settings and the baseline /
     ablation accuracies."""
-    TABLES = {"table": "patchback.csv", "examples": "patchback_examples.csv"}
-    INFO_FILE = "patchback_info.json"
-
-    table: Any
-    examples: Any
+    table: pd.DataFrame
+    examples: pd.DataFrame
     info: dict = field(default_factory=dict)
 
     def to_frame(self):
@@ -148,26 +147,8 @@ class PatchbackResult(TableResult):
         return float(r["rescue_rate"].iloc[0])
 
 
-def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_task: Mapping[str, Sequence], *,
-                     layer: int, ablation_basis, alpha: float = 1.0, controls: Mapping[str, Any] | None = None,
-                     windows: Sequence = ("0", "0,1", "all"), transfer: bool = True,
-                     transfer_same_length: bool = True, max_new_tokens: int = 12,
-                     batch_size: int = 32, stop_tokens: Sequence[int] | None = None, seed: int = 0,
-                     n_boot: int = 2000, progress: Callable[[str], None] | None = None) -> PatchbackResult:
-    """Rescue rates of decode-only shared-subspace removal by patchback (module doc).
-
-    ablation_basis: Q_S [d, k] removed by `SubspaceProjection(layer, Q_S, alpha, phases=("decode",))`.
-    controls: {name: basis [d, k_c]} patched with the same-example donor instead of Q_S (e.g. "non-shared",
-    "haar"). windows: decode-step windows ("0", "0,1", "all", or lists of steps). transfer /
-    transfer_same_length: include the transfer-donor sources. Generation settings as `generate_exact_match`."""
-    import pandas as pd
-
-    from interplab.interventions.patchback import SubspacePatchback, window_label
-    from interplab.interventions.projection import SubspaceProjection
-    from interplab.probes.decodeshare import bootstrap_ci
-    from interplab.probes.decodeshare_model import _encode_words
-
-    say = progress or (lambda msg: None)
+def _flatten(prompts_by_task: Mapping[str, Sequence], answers_by_task: Mapping[str, Sequence]):
+    """One list of prompts / answers / task names / index within the task over every task, in task order."""
     names = [str(t) for t in prompts_by_task]
     if set(names) != {str(t) for t in answers_by_task}:
         raise InputError("prompts_by_task and answers_by_task must have the same tasks")
@@ -180,6 +161,48 @@ def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_
         answers += as_
         tasks += [str(t)] * len(ps)
         idx_in_task += list(range(len(ps)))
+    return names, prompts, answers, tasks, idx_in_task
+
+
+def _patch_sources(model, Q, flip, base: DecodeRecord, tasks, answers, *, controls, transfer: bool,
+                   transfer_same_length: bool, seed: int):
+    """[(source name, patch basis, donor index per flipped row)] and the number of rows without a donor."""
+    sources: list[tuple[str, np.ndarray, np.ndarray]] = [("same-example", Q, flip)]
+    missing = {}
+    if transfer:
+        donors_t = pick_transfer_donors(tasks, base.correct, flip, seed=seed)
+        missing["transfer"] = int((donors_t < 0).sum())
+        sources.append(("transfer", Q, donors_t))
+    if transfer_same_length:
+        lengths = [len(_encode_words(model, a)) for a in answers]
+        donors_l = pick_transfer_donors(tasks, base.correct, flip, seed=seed, keys=lengths)
+        missing["transfer (same length)"] = int((donors_l < 0).sum())
+        sources.append(("transfer (same length)", Q, donors_l))
+    for name, b in (controls or {}).items():
+        b = np.asarray(b, float)
+        if b.ndim != 2 or b.shape[0] != model.d_model:
+            raise ShapeError(f"control basis {name!r} must be [d_model={model.d_model}, k]; got {b.shape}")
+        sources.append((f"{name} (same-example)", b, flip))
+    return sources, missing
+
+
+def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_task: Mapping[str, Sequence], *,
+                     layer: int, ablation_basis, alpha: float = 1.0, controls: Mapping[str, Any] | None = None,
+                     windows: Sequence = ("0", "0,1", "all"), transfer: bool = True,
+                     transfer_same_length: bool = True, max_new_tokens: int = 12,
+                     batch_size: int = 32, stop_tokens: Sequence[int] | None = None, seed: int = 0,
+                     n_boot: int = 2000, progress: Callable[[str], None] | None = None) -> PatchbackResult:
+    """Rescue rates of decode-only shared-subspace removal by patchback (module doc).
+
+    ablation_basis: Q_S [d, k] removed by `SubspaceProjection(layer, Q_S, alpha, phases=("decode",))`.
+    controls: {name: basis [d, k_c]} patched with the same-example donor instead of Q_S (e.g. "non-shared",
+    "haar"). windows: decode-step windows ("0", "0,1", "all", or lists of steps). transfer /
+    transfer_same_length: include the transfer-donor sources. Generation settings as `generate_exact_match`."""
+    from interplab.interventions.patchback import window_label
+    from interplab.interventions.projection import SubspaceProjection
+
+    say = progress or (lambda msg: None)
+    names, prompts, answers, tasks, idx_in_task = _flatten(prompts_by_task, answers_by_task)
     if max_new_tokens < 2:
         raise ConfigError("patchback needs max_new_tokens >= 2 (decode steps exist only after the first token)")
     wins = [window_label(w) for w in windows]
@@ -203,54 +226,25 @@ def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_
             "n_flip_by_task": {t: int((tasks_a[flip] == t).sum()) for t in names},
             "max_new_tokens": int(max_new_tokens), "seed": int(seed),
             "controls": {n: int(np.asarray(b).shape[1]) for n, b in (controls or {}).items()}}
-    cols = ["source", "window", "task", "n_flip", "n_rescued", "rescue_rate", "lo", "hi", "identical_rate",
-            "patch_k", "n_edited", "n_no_donor"]
     if len(flip) == 0:
         say("patchback: the ablation flipped no example; nothing to rescue")
-        return PatchbackResult(pd.DataFrame(columns=cols), pd.DataFrame(), info)
+        return PatchbackResult(pd.DataFrame(columns=TABLE_COLUMNS), pd.DataFrame(columns=EXAMPLE_COLUMNS), info)
 
-    sources: list[tuple[str, np.ndarray, np.ndarray]] = [("same-example", Q, flip)]
-    missing = {}
-    if transfer:
-        donors_t = pick_transfer_donors(tasks, base.correct, flip, seed=seed)
-        missing["transfer"] = int((donors_t < 0).sum())
-        sources.append(("transfer", Q, donors_t))
-    if transfer_same_length:
-        lengths = [len(_encode_words(model, a)) for a in answers]
-        donors_l = pick_transfer_donors(tasks, base.correct, flip, seed=seed, keys=lengths)
-        missing["transfer (same length)"] = int((donors_l < 0).sum())
-        sources.append(("transfer (same length)", Q, donors_l))
-    info["transfer_missing"] = missing
-    for name, b in (controls or {}).items():
-        b = np.asarray(b, float)
-        if b.ndim != 2 or b.shape[0] != model.d_model:
-            raise ShapeError(f"control basis {name!r} must be [d_model={model.d_model}, k]; got {b.shape}")
-        sources.append((f"{name} (same-example)", b, flip))
-
-    in_task = np.asarray(idx_in_task)
+    sources, info["transfer_missing"] = _patch_sources(model, Q, flip, base, tasks, answers, controls=controls,
+                                                       transfer=transfer, transfer_same_length=transfer_same_length,
+                                                       seed=seed)
     f_prompts = [prompts[i] for i in flip]
     f_answers = [answers[i] for i in flip]
     rows, per = [], []
     for src, basis, donor_idx in sources:
-        ok = donor_idx >= 0
-        don = np.where(ok[:, None, None], base.states[np.maximum(donor_idx, 0)], 0.0)
-        dval = base.valid[np.maximum(donor_idx, 0)] & ok[:, None]
         for w in wins:
             say(f"patchback: {src}, W = {w}")
-            made: list = []
-
-            def row_edits(i0, i1, _b=basis, _w=w):
-                e = SubspacePatchback(layer, _b, don[i0:i1], dval[i0:i1], window=_w)
-                made.append(e)
-                return [e]
-
-            rec = record_generation(model, f_prompts, f_answers, edits=[abl], row_edits=row_edits, **gen_kw)
+            rec, n_ed = _patched_run(model, abl, base, basis, donor_idx, w, f_prompts, f_answers, gen_kw)
             ident = np.array([rec.new_tokens[j] == base.new_tokens[i] for j, i in enumerate(flip)])
-            n_ed = sum(e.n_edited for e in made)
-            pe = pd.DataFrame({"source": src, "window": w, "task": tasks_a[flip], "example": in_task[flip],
-                               "rescued": rec.correct.astype(float), "identical": ident.astype(float),
-                               "donor": [int(in_task[d]) if d >= 0 else -1 for d in donor_idx]})
-            per.append(pe)
+            in_task = np.asarray(idx_in_task)
+            per.append(pd.DataFrame({"source": src, "window": w, "task": tasks_a[flip], "example": in_task[flip],
+                                     "rescued": rec.correct.astype(float), "identical": ident.astype(float),
+                                     "donor": [int(in_task[d]) if d >= 0 else -1 for d in donor_idx]}))
             for task in ["all"] + [t for t in names if (tasks_a[flip] == t).any()]:
                 sel = np.ones(len(flip), bool) if task == "all" else tasks_a[flip] == task
                 m, lo, hi = bootstrap_ci(rec.correct[sel].astype(float), B=n_boot, seed=seed)
@@ -259,4 +253,28 @@ def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_
                              "identical_rate": float(ident[sel].mean()), "patch_k": int(basis.shape[1]),
                              "n_edited": int(n_ed) if task == "all" else np.nan,
                              "n_no_donor": int((donor_idx[sel] < 0).sum())})
-    return PatchbackResult(pd.DataFrame(rows, columns=cols), pd.concat(per, ignore_index=True), info)
+    return PatchbackResult(pd.DataFrame(rows, columns=TABLE_COLUMNS), pd.concat(per, ignore_index=True), info)
+
+
+TABLE_COLUMNS = ["source", "window", "task", "n_flip", "n_rescued", "rescue_rate", "lo", "hi", "identical_rate",
+                 "patch_k", "n_edited", "n_no_donor"]
+EXAMPLE_COLUMNS = ["source", "window", "task", "example", "rescued", "identical", "donor"]
+
+
+def _patched_run(model, abl, base: DecodeRecord, basis, donor_idx, window, prompts, answers, gen_kw):
+    """Regenerate the flipped rows under [ablation, patchback from their donors through `basis` on `window`];
+    returns the record and the number of positions patched."""
+    from interplab.interventions.patchback import SubspacePatchback
+
+    ok = donor_idx >= 0
+    don = np.where(ok[:, None, None], base.states[np.maximum(donor_idx, 0)], 0.0)
+    dval = base.valid[np.maximum(donor_idx, 0)] & ok[:, None]
+    made: list = []
+
+    def row_edits(i0, i1):
+        e = SubspacePatchback(gen_kw["layer"], basis, don[i0:i1], dval[i0:i1], window=window)
+        made.append(e)
+        return [e]
+
+    rec = record_generation(model, prompts, answers, edits=[abl], row_edits=row_edits, **gen_kw)
+    return rec, sum(e.n_edited for e in made)

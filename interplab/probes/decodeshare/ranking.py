@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from interplab.core.errors import ConfigError, InputError, ShapeError
-from interplab.probes.table_result import TableResult
+from interplab.core.result import Result
+from interplab.probes.decodeshare.model import generate_exact_match
+from interplab.probes.stats import spearman
 
 __all__ = ["RankingResult", "steering_ranking", "ranking_metrics", "trad_edit", "decode_edit", "unit_rows"]
 
@@ -42,11 +45,11 @@ def decode_edit(layer: int, vector, scale: float = 1.0, stage: int | None = None
     """Steer only generated tokens (decode steps); with `stage`, only the first `stage` of them (positions < T +
     stage, as `SubspaceProjection(stage=...)`)."""
     from interplab.interventions import Steer
-    from interplab.interventions.projection import _staged
+    from interplab.interventions.projection import staged_positions
 
     if stage is not None and int(stage) < 1:
         raise ConfigError(f"stage must be >= 1; got {stage}")
-    pos = "all" if stage is None else _staged(int(stage))
+    pos = "all" if stage is None else staged_positions(int(stage))
     return Steer(f"resid_post.{int(layer)}", vector, positions=pos, scale=scale, phases=("decode",))
 
 
@@ -57,13 +60,11 @@ def unit_rows(x) -> np.ndarray:
     return np.where(n > 0, x / np.where(n > 0, n, 1.0), 0.0)
 
 
-def _spearman(a, b) -> float:
-    from scipy.stats import spearmanr
-
-    a, b = np.asarray(a, float), np.asarray(b, float)
+def _rho(a, b) -> float:
+    """Spearman rho, NaN for fewer than 2 vectors or a constant side."""
     if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return float("nan")
-    return float(spearmanr(a, b).statistic)
+    return spearman(a, b)
 
 
 def ranking_metrics(scores, *, top_k: int = 10, group: str | None = "family"):
@@ -72,8 +73,6 @@ def ranking_metrics(scores, *, top_k: int = 10, group: str | None = "family"):
     One row per (group value incl. "all", proxy): n, rho (Spearman), regret1 = max real - real[argmax proxy] (first
     index on ties), top_pick (row label of the proxy's argmax), top_k, overlap = |top_k(proxy) & top_k(real)| / k
     with k = min(top_k, n) (stable sort, first index wins ties)."""
-    import pandas as pd
-
     df = scores.reset_index(drop=True)
     groups = [("all", df)]
     if group is not None and group in df:
@@ -89,7 +88,7 @@ def ranking_metrics(scores, *, top_k: int = 10, group: str | None = "family"):
             i = int(np.argmax(x))
             top_p = set(np.argsort(-x, kind="stable")[:k])
             label = d["name"].iloc[i] if "name" in d else int(d.index[i])
-            rows.append({"group": gname, "proxy": p, "n": n, "rho": _spearman(x, real),
+            rows.append({"group": gname, "proxy": p, "n": n, "rho": _rho(x, real),
                          "regret1": float(real.max() - real[i]), "top_pick": label, "top_pick_real": float(real[i]),
                          "best_real": float(real.max()), "top_k": k, "overlap": len(top_p & top_real) / k if k else
                          float("nan")})
@@ -97,15 +96,12 @@ def ranking_metrics(scores, *, top_k: int = 10, group: str | None = "family"):
 
 
 @dataclass
-class RankingResult(TableResult):
+class RankingResult(Result):
     """scores: one row per vector (family, index, name, norm, trad, decode, real, real_<i> per held-out set, and
     per-task deltas trad:<task>, decode:<task>); metrics: `ranking_metrics(scores)`; info: settings and baseline
     accuracies."""
-    TABLES = {"scores": "ranking_scores.csv", "metrics": "ranking_metrics.csv"}
-    INFO_FILE = "ranking_info.json"
-
-    scores: Any
-    metrics: Any
+    scores: pd.DataFrame
+    metrics: pd.DataFrame
     info: dict = field(default_factory=dict)
 
     def to_frame(self):
@@ -120,8 +116,6 @@ class RankingResult(TableResult):
 
 
 def _accs(model, sets: Mapping[str, Any], edits, max_new_tokens: int) -> dict[str, float]:
-    from interplab.probes.decodeshare_model import generate_exact_match
-
     out = {}
     for t, s in sets.items():
         g = generate_exact_match(model, s.prompts, s.answers, max_new_tokens=max_new_tokens, edits=edits,
@@ -138,9 +132,7 @@ def steering_ranking(model, layer: int, pool: Mapping[str, Any], rank_sets: Mapp
 
     pool: {family: [n, d]} unit-norm vectors (they are re-normalised; zero rows stay zero). scale: the added norm
     (edit = scale * v). rank_sets / real_sets: {task: set with .prompts, .answers (ids without stop), .stop}
-    (e.g. `experiments.decodeshare.multitask_sets`); REAL averages the DECODE-style score over `real_sets`."""
-    import pandas as pd
-
+    (e.g. `multitask_sets`); REAL averages the DECODE-style score over `real_sets`."""
     say = progress or (lambda msg: None)
     real_sets = list(real_sets)
     if not rank_sets or not real_sets or any(not r for r in real_sets):

@@ -1,6 +1,6 @@
 """DecodeShare, model part: decode-time state collection under the KV cache, forced-choice and generation
 scoring with decode-only edits. Goes through `LabModel.generate` / `LabModel.run` only; the model-free
-estimator, nulls and statistics live in `interplab.probes.decodeshare`."""
+estimator and nulls live in `interplab.probes.decodeshare.estimator`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,10 +11,14 @@ import numpy as np
 from interplab.core.errors import ConfigError, InputError, ShapeError
 
 
+__all__ = ["resid_site", "collect_decode_states", "collect_decode_states_multi", "collect_prefill_states",
+           "ForcedChoiceScores", "score_forced_choice", "GenerationScores", "generate_exact_match", "stop_token_ids"]
+
 DECODE_VARIANTS = ("plain", "boundary")
 
 
-def _site(model, layer: int) -> str:
+def resid_site(model, layer: int) -> str:
+    """`resid_post.<layer>` after checking the layer index against the model."""
     if not isinstance(layer, (int, np.integer)) or not 0 <= int(layer) < model.n_layers:
         raise ConfigError(f"layer must be an integer in [0, {model.n_layers}); got {layer!r}")
     return f"resid_post.{int(layer)}"
@@ -70,7 +74,7 @@ def collect_decode_states_multi(model, prompts_by_task: Mapping[str, Sequence], 
     (row, step) states are kept at every layer. A row also counts as finished at its first token in
     `stop_tokens` (default `stop_token_ids(model)`: EOS plus a chat end-of-turn token such as <|im_end|>)."""
     import torch
-    sites = {int(l): _site(model, l) for l in layers}
+    sites = {int(l): resid_site(model, l) for l in layers}
     if not sites:
         raise ConfigError("layers must name at least one layer")
     if variant not in DECODE_VARIANTS:
@@ -113,7 +117,7 @@ def collect_prefill_states(model, prompts_by_task: Mapping[str, Sequence], *, la
                            edits: Sequence | None = None) -> dict[str, np.ndarray]:
     """Residual stream after block `layer` at each prompt's last token (one state per prompt, from one uncached
     forward). Use `match_state_counts(decode, prefill)` to equalise counts with a decode set."""
-    site = _site(model, layer)
+    site = resid_site(model, layer)
     rng = np.random.default_rng(seed)
     out = {}
     for name, prompts in prompts_by_task.items():

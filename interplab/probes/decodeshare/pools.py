@@ -1,6 +1,5 @@
-"""The `decodeshare` experiment's opt-in parts (`--set parts=patchback`, `--set parts=ranking`): patchback rescue
-rates and the stage-aligned steering ranking with its toy vector pools. `run_decodeshare` calls them; they live
-here to keep the main experiment module to the default study."""
+"""Toy steering-vector pools for the stage-aligned ranking (`ranking.steering_ranking`): CAA, instruction and
+random directions built on the multitask organisms."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -8,24 +7,11 @@ from typing import Mapping
 import numpy as np
 
 from interplab.core.errors import InputError
-from interplab.experiments.decodeshare import TaskSet, multitask_sets
+from interplab.probes.decodeshare.model import resid_site
+from interplab.probes.decodeshare.ranking import unit_rows
+from interplab.probes.decodeshare.tasks import TaskSet
 
-def _patchback(model, cfg, L, bases, evals, say):
-    """Rescue rates of the shared-subspace removal (decode-only, plain variant, alpha = cfg.alpha) on the
-    generation flip set, per window: same-example (identity check), transfer donor (another baseline-correct
-    example of the same task), and the same-example donor patched through the variance-matched non-shared and the
-    Haar bases of the ablation table."""
-    from interplab.probes.decodeshare_patchback import patchback_controls, patchback_rescue
-
-    windows = [w.strip() for w in str(cfg.patch_windows).split(";") if w.strip()]
-    controls = patchback_controls(bases)
-    stops = sorted({s.stop for s in evals.values()})
-    return patchback_rescue(model, {t: s.prompts for t, s in evals.items()},
-                            {t: s.answers for t, s in evals.items()}, layer=L,
-                            ablation_basis=bases["shared"]["basis"], alpha=bases["shared"]["alpha"],
-                            controls=controls, windows=windows, max_new_tokens=cfg.eval_max_new_tokens,
-                            batch_size=cfg.batch_size, stop_tokens=stops, seed=cfg.seed, n_boot=cfg.n_boot,
-                            progress=say)
+__all__ = ["ranking_pool"]
 
 
 def ranking_pool(model, layer: int, calib: Mapping[str, TaskSet], *, n_caa: int = 8, n_instr: int = 8,
@@ -43,10 +29,7 @@ def ranking_pool(model, layer: int, calib: Mapping[str, TaskSet], *, n_caa: int 
     from interplab.data import toy_vocab as tv
     from interplab.data.concepts import CONCEPT_NAMES, Concepts
     from interplab.data.examples import Example, encode
-    from interplab.probes.decodeshare_model import _site
-    from interplab.probes.decodeshare_ranking import unit_rows
-
-    site = _site(model, layer)
+    site = resid_site(model, layer)
     rng = np.random.default_rng(seed)
     d = model.d_model
 
@@ -93,25 +76,3 @@ def ranking_pool(model, layer: int, calib: Mapping[str, TaskSet], *, n_caa: int 
     if n_random > 0:
         pool["random"] = unit_rows(rng.standard_normal((n_random, d)))
     return pool
-
-
-def _ranking(model, cfg, L, calib, fmt, say):
-    """Stage-aligned steering ranking on toy pools (module `probes.decodeshare_ranking`)."""
-    from interplab.probes.decodeshare import collect_prefill_states
-    from interplab.probes.decodeshare_ranking import steering_ranking
-
-    tasks = list(calib)
-    say("ranking: vector pools")
-    pool = ranking_pool(model, L, calib, n_caa=cfg.rank_n_caa, n_instr=cfg.rank_n_instr, n_random=cfg.rank_n_random,
-                        caa_subset=cfg.rank_caa_subset, fmt=fmt, seed=cfg.seed + 51, batch_size=cfg.batch_size)
-    pre = collect_prefill_states(model, {t: s.prompts for t, s in calib.items()}, layer=L, batch_size=cfg.batch_size)
-    mean_norm = float(np.mean(np.linalg.norm(np.concatenate(list(pre.values())), axis=1)))
-    scale = cfg.rank_alpha * mean_norm
-    rank_sets = multitask_sets(model, tasks, cfg.rank_n_eval, seed=cfg.seed + 61, split="test", fmt=fmt)
-    real_sets = [multitask_sets(model, tasks, cfg.rank_n_eval, seed=cfg.seed + 71 + r, split="test", fmt=fmt)
-                 for r in range(cfg.rank_real_sets)]
-    res = steering_ranking(model, L, pool, rank_sets, real_sets, scale=scale, stage=cfg.rank_stage,
-                           max_new_tokens=cfg.eval_max_new_tokens, top_k=cfg.rank_top_k, progress=say)
-    res.info |= {"alpha": cfg.rank_alpha, "mean_resid_norm": mean_norm,
-                 "rank_seed": cfg.seed + 61, "real_seeds": [cfg.seed + 71 + r for r in range(cfg.rank_real_sets)]}
-    return res

@@ -1,0 +1,312 @@
+"""The DecodeShare intervention study at one layer (methods/decodeshare.md sections 5 and 7), as a script, the
+`decodeshare` experiment and the app page run it.
+
+1. `calibration_states`: decode and prefill residual states of the calibration prompts (train split).
+2. `estimate_subspaces`: the shared subspace of the decode states, of the prefill states and of decode states
+   subsampled to the prefill counts.
+3. `run_study`: both, the nulls, then the sections chosen in `DecodeShareConfig.parts`: the ablation table
+   (baseline vs shared-removed vs the controls of `build_bases`, forced choice and generation, bootstrap CIs and
+   paired sign-flip p-values), leave-one-task-out, the prefill-vs-decode estimator x locus grid (h3), the alpha
+   sweep, the steering overlap, and the opt-in patchback rescue rates and stage-aligned steering ranking.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from interplab.core.result import Result
+from interplab.probes.decodeshare.bases import Condition, build_bases, matched_prefill_basis
+from interplab.probes.decodeshare.config import DecodeShareConfig, estimator_kwargs, resolve_layer
+from interplab.probes.decodeshare.estimator import (
+    NullResult, SharedSubspace, match_state_counts, null_permutation, null_rotation, shared_subspace,
+)
+from interplab.probes.decodeshare.evaluation import decode_projection, evaluate_condition, summarize
+from interplab.probes.decodeshare.model import collect_decode_states, collect_prefill_states
+from interplab.probes.decodeshare.patchback import PatchbackResult, patchback_controls, patchback_rescue
+from interplab.probes.decodeshare.ranking import RankingResult
+from interplab.probes.decodeshare.steering import SteeringOverlap, steering_study
+from interplab.probes.decodeshare.subspaces import (
+    alpha_matched_control, angle_summary, energy_pool, haar_basis, k_matched_control, principal_angles,
+)
+from interplab.probes.decodeshare.tasks import TaskSet, multitask_sets, resolve_format
+
+__all__ = ["CalibrationStates", "calibration_states", "SubspaceEstimate", "estimate_subspaces", "DecodeShareStudy",
+           "run_study", "study_patchback"]
+
+
+@dataclass
+class CalibrationStates(Result):
+    """Residual states after block `layer` of the calibration prompts: decode {task: [n_t, d]} (every generated,
+    non-stop token) and prefill {task: [n_prompts, d]} (each prompt's last token)."""
+    layer: int
+    decode: dict[str, np.ndarray]
+    prefill: dict[str, np.ndarray]
+
+
+def calibration_states(model, tasks: Sequence[str], *, layer: int, n_calib: int, max_new_tokens: int,
+                       fmt: str = "raw", seed: int = 0, max_states_per_task: int | None = 20000,
+                       batch_size: int = 32) -> CalibrationStates:
+    """Decode and prefill states of `n_calib` train-split prompts per task (`multitask_sets(seed=seed)`)."""
+    calib = multitask_sets(model, list(tasks), n_calib, seed=seed, split="train", fmt=fmt)
+    prompts = {t: s.prompts for t, s in calib.items()}
+    dec = collect_decode_states(model, prompts, layer=layer, max_new_tokens=max_new_tokens,
+                                max_states_per_task=max_states_per_task, seed=seed, batch_size=batch_size)
+    pre = collect_prefill_states(model, prompts, layer=layer, batch_size=batch_size)
+    return CalibrationStates(int(layer), dec, pre)
+
+
+@dataclass
+class SubspaceEstimate(Result):
+    """The shared subspaces of one calibration: decode, prefill, and decode subsampled per task to the prefill
+    counts (so a decode-vs-prefill difference is not a sample-size effect)."""
+    decode: SharedSubspace
+    prefill: SharedSubspace
+    decode_matched: SharedSubspace
+
+    def angles(self) -> dict[str, np.ndarray]:
+        """Principal angles (degrees) of the decode and count-matched decode bases against the prefill basis."""
+        return {"decode vs prefill": principal_angles(self.decode.basis, self.prefill.basis),
+                "decode (count-matched) vs prefill": principal_angles(self.decode_matched.basis, self.prefill.basis)}
+
+
+def estimate_subspaces(states: CalibrationStates, **estimator) -> SubspaceEstimate:
+    """`shared_subspace(..., **estimator)` of the decode, prefill and count-matched decode states (the count
+    matching is seeded with the estimator's `seed`)."""
+    ss = shared_subspace(states.decode, **estimator)
+    dm, _ = match_state_counts(states.decode, states.prefill, seed=estimator.get("seed", 0))
+    return SubspaceEstimate(ss, shared_subspace(states.prefill, **estimator), shared_subspace(dm, **estimator))
+
+
+@dataclass
+class DecodeShareStudy(Result):
+    """What `run_study` measured. info: layer, format, k, |S| (decode, prefill, count-matched), state counts,
+    null p-values, decode-vs-prefill angle summaries, the conditions of the ablation table and the opt-in parts'
+    settings. Every section not in `config.parts` (or skipped because |S| = 0, see `error`) is None.
+
+    table / table_examples: the ablation summary and its per-example rows; loto: leave-one-task-out; h3: the
+    estimator x locus grid; alpha_sweep: accuracy vs alpha for the shared basis and its controls."""
+    config: DecodeShareConfig
+    info: dict
+    subspaces: SubspaceEstimate
+    null_perm: NullResult
+    null_rot: NullResult | None = None
+    table: pd.DataFrame | None = None
+    table_examples: pd.DataFrame | None = None
+    loto: pd.DataFrame | None = None
+    h3: pd.DataFrame | None = None
+    alpha_sweep: pd.DataFrame | None = None
+    steering: SteeringOverlap | None = None
+    patchback: PatchbackResult | None = None
+    ranking: RankingResult | None = None
+    error: str | None = None
+
+    @property
+    def nulls(self) -> list[NullResult]:
+        return [self.null_perm] + ([self.null_rot] if self.null_rot is not None else [])
+
+    def to_frame(self):
+        return self.table
+
+
+@dataclass
+class _Context:
+    """What every section of the study shares: the model, the settings, the layer, the evaluation sets and the
+    baseline rows every condition is compared with."""
+    model: object
+    cfg: DecodeShareConfig
+    layer: int
+    fmt: str
+    evals: Mapping[str, TaskSet]
+    say: Callable[[str], None]
+    baseline: pd.DataFrame | None = None
+
+    def evaluate(self, edits, condition: str, sets=None) -> pd.DataFrame:
+        return evaluate_condition(self.model, self.evals if sets is None else sets, edits, condition=condition,
+                                  max_new_tokens=self.cfg.eval_max_new_tokens, batch_size=self.cfg.batch_size)
+
+    def projection(self, basis, alpha, variant=None, **locus):
+        return decode_projection(self.layer, basis, alpha, variant or self.cfg.variant, **locus)
+
+    def summarize(self, per_example, **kw) -> pd.DataFrame:
+        return summarize(per_example, n_boot=self.cfg.n_boot, seed=self.cfg.seed, **kw)
+
+
+def run_study(model, cfg: DecodeShareConfig, *, progress: Callable[[str], None] | None = None) -> DecodeShareStudy:
+    """The H2/H3/steering study at layer `cfg.layer` of `model` (module doc)."""
+    say = progress or (lambda msg: None)
+    cfg.validate()
+    fmt = resolve_format(cfg.model, cfg.format)
+    L = resolve_layer(model, cfg.layer)
+    say(f"calibration states at layer {L}")
+    evals = multitask_sets(model, cfg.tasks, cfg.n_eval, seed=cfg.seed + 1, split="test", fmt=fmt)
+    states = calibration_states(model, cfg.tasks, layer=L, n_calib=cfg.n_calib,
+                                max_new_tokens=cfg.calib_max_new_tokens, fmt=fmt, seed=cfg.seed,
+                                max_states_per_task=cfg.max_states_per_task, batch_size=cfg.batch_size)
+    est = estimate_subspaces(states, **estimator_kwargs(cfg))
+    ss, ss_pre = est.decode, est.prefill
+    n1 = null_permutation(ss, B=cfg.null_perm_B, seed=cfg.seed)
+    n2 = null_rotation(states.decode, ss, B=cfg.null_rot_B, seed=cfg.seed) if cfg.null_rot_B > 0 else None
+    angles = est.angles()
+    info = {"layer": L, "format": fmt, "mode": ss.mode, "k": ss.k, "k_s": ss.k_s, "d": ss.d,
+            "k_s_prefill": ss_pre.k_s, "k_s_decode_count_matched": est.decode_matched.k_s,
+            "n_states": {t: int(v) for t, v in ss.n_rows.items()},
+            "p_perm": n1.p, "p_rot": n2.p if n2 else None,
+            "angles_decode_vs_prefill": angle_summary(angles["decode vs prefill"]),
+            "angles_decode_matched_vs_prefill": angle_summary(angles["decode (count-matched) vs prefill"])}
+    study = DecodeShareStudy(cfg, info, est, n1, n2)
+    say(f"|S| = {ss.k_s} of k = {ss.k} (d = {ss.d})")
+    if ss.k_s == 0:
+        study.error = ("the decode estimator found no shared direction at this tau/m; no interventions were run "
+                       "(lower tau or m, or set empty_fallback_m)")
+        study.info = info | {"error": study.error}
+        return study
+    e_states = np.concatenate(list(states.decode.values()) if cfg.energy_states == "edited"
+                              else list(states.prefill.values()))
+    bases = build_bases(ss, ss_pre, e_states, alpha=cfg.alpha, seed=cfg.seed, kmatch_rule=cfg.kmatch_rule,
+                        prefill_states=states.prefill)
+    info["conditions"] = {n: b.summary() for n, b in bases.items()}
+    ctx = _Context(model, cfg, L, fmt, evals, say)
+    say("baseline")
+    ctx.baseline = ctx.evaluate([], "baseline")
+    _run_sections(ctx, study, states, bases, e_states)
+    return study
+
+
+def _run_sections(ctx: _Context, study: DecodeShareStudy, states: CalibrationStates, bases: dict[str, Condition],
+                  e_states: np.ndarray) -> None:
+    parts, cfg, ss = set(ctx.cfg.parts), ctx.cfg, study.subspaces.decode
+    if "table" in parts:
+        study.table, study.table_examples = _ablation_table(ctx, bases)
+    if "loto" in parts and len(cfg.tasks) >= 3:
+        study.loto = _loto(ctx, states.decode, ss.d)
+    if "h3" in parts:
+        study.h3 = _h3_grid(ctx, ss, study.subspaces.prefill, states.prefill)
+    if "alpha" in parts:
+        study.alpha_sweep = _alpha_sweep(ctx, ss, bases["haar"].basis, e_states)
+    if "steer" in parts:
+        study.steering = steering_study(ctx.model, cfg, ctx.layer, ss, ctx.fmt, ctx.say)
+    if "patchback" in parts:
+        study.patchback = study_patchback(ctx.model, ctx.evals, bases, layer=ctx.layer, windows=cfg.patch_windows,
+                                          max_new_tokens=cfg.eval_max_new_tokens, batch_size=cfg.batch_size,
+                                          seed=cfg.seed, n_boot=cfg.n_boot, progress=ctx.say)
+        study.info["patchback"] = study.patchback.info
+    if "ranking" in parts:
+        study.ranking = _ranking(ctx)
+        study.info["ranking"] = study.ranking.info
+
+
+def _ablation_table(ctx: _Context, bases: dict[str, Condition]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    per_example = [ctx.baseline]
+    for name, b in bases.items():
+        if b.basis is None:
+            continue
+        ctx.say(f"ablation: {name}")
+        per_example.append(ctx.evaluate([ctx.projection(b.basis, b.alpha)], name))
+    table_pe = pd.concat(per_example, ignore_index=True)
+    return ctx.summarize(table_pe), table_pe
+
+
+def _loto(ctx: _Context, decode: Mapping[str, np.ndarray], d: int) -> pd.DataFrame | None:
+    """Each task evaluated with the shared subspace estimated without it, and a Haar basis of the same size."""
+    rows = []
+    for t in ctx.cfg.tasks:
+        ctx.say(f"LOTO: held out {t}")
+        fold = shared_subspace({u: decode[u] for u in ctx.cfg.tasks if u != t}, **estimator_kwargs(ctx.cfg))
+        assert t not in fold.n_rows
+        if fold.k_s == 0:
+            continue
+        for name, basis in (("loto-removed", fold.basis), ("loto-haar", haar_basis(d, fold.k_s,
+                                                                                  seed=ctx.cfg.seed + 7))):
+            d_ = ctx.evaluate([ctx.projection(basis, ctx.cfg.alpha)], name, sets={t: ctx.evals[t]})
+            d_["k_fold"] = fold.k_s
+            rows.append(d_)
+    if not rows:
+        return None
+    lo = ctx.summarize(pd.concat([ctx.baseline] + rows, ignore_index=True))
+    return lo[lo["task"] != "all"].reset_index(drop=True)
+
+
+def _h3_grid(ctx: _Context, ss: SharedSubspace, ss_pre: SharedSubspace, prefill: Mapping) -> pd.DataFrame:
+    """Decode-, prefill- and randomly-estimated bases of one size, each removed at the decode and at the prefill
+    locus."""
+    k = min(ss.k_s, max(ss_pre.k_s, 1)) if ss_pre.k_s else ss.k_s
+    ests = {"decode": ss.basis[:, :k], "prefill": matched_prefill_basis(ss_pre, k, prefill)[0],
+            "random": haar_basis(ss.d, k, seed=ctx.cfg.seed + 11)}
+    loci = {"decode": dict(phases=("decode",)), "prefill": dict(phases=("prefill",), positions="last_prompt")}
+    rows = []
+    for en, basis in ests.items():
+        for ln, lkw in loci.items():
+            ctx.say(f"H3: {en}-estimated at {ln} locus")
+            e = ctx.projection(basis, ctx.cfg.alpha, None if ln == "decode" else "plain", **lkw)
+            rows.append(ctx.evaluate([e], f"{en}|{ln}"))
+    h3 = ctx.summarize(pd.concat([ctx.baseline] + rows, ignore_index=True))
+    h3 = h3[(h3["condition"] != "baseline") & (h3["task"] == "all")].copy()
+    h3[["estimator", "locus"]] = h3["condition"].str.split("|", expand=True)
+    h3["k"] = k
+    return h3.reset_index(drop=True)
+
+
+def _alpha_sweep(ctx: _Context, ss: SharedSubspace, haar, e_states: np.ndarray) -> pd.DataFrame:
+    """The shared basis, the Haar basis and the energy-matched controls at every alpha of `cfg.alphas`."""
+    alphas = [float(a) for a in ctx.cfg.alphas]
+    pool = energy_pool(ss.components, ss.shared_idx)
+    rows = []
+    for a in alphas:
+        ctx.say(f"alpha sweep: {a}")
+        conds = {"shared": (ss.basis, a), "haar": (haar, a)}
+        if a > 0 and pool.shape[1] >= ss.k_s:
+            am = alpha_matched_control(e_states, ss.basis, pool, a)
+            km = k_matched_control(e_states, ss.basis, pool, a, rule=ctx.cfg.kmatch_rule)
+            conds["alpha-match"] = (am.basis, am.alpha)
+            conds["k-match"] = (km.basis, 1.0)
+        for name, (basis, aa) in conds.items():
+            d_ = ctx.evaluate([ctx.projection(basis, aa)], name)
+            d_["alpha"] = a
+            rows.append(d_)
+    sw = pd.concat(rows, ignore_index=True)
+    base_rep = pd.concat([ctx.baseline.assign(alpha=a) for a in alphas], ignore_index=True)
+    s_ = ctx.summarize(pd.concat([base_rep, sw], ignore_index=True), group=("condition", "alpha"))
+    return s_[(s_["task"] == "all") & (s_["condition"] != "baseline")].reset_index(drop=True)
+
+
+def study_patchback(model, evals: Mapping[str, TaskSet], bases: Mapping[str, Condition], *, layer: int,
+                    windows: Sequence[str], max_new_tokens: int = 12, batch_size: int = 32, seed: int = 0,
+                    n_boot: int = 2000, progress: Callable[[str], None] | None = None) -> PatchbackResult:
+    """Rescue rates of the removal of `bases["shared"]` (decode-only, plain variant, at its alpha) on the
+    generation flip set of `evals`, per window: same-example (identity check), transfer donor (another
+    baseline-correct example of the same task) and the same-example donor patched through the variance-matched
+    non-shared and the Haar bases when `bases` holds them (`build_bases`)."""
+    shared = bases["shared"]
+    return patchback_rescue(model, {t: s.prompts for t, s in evals.items()},
+                            {t: s.answers for t, s in evals.items()}, layer=layer, ablation_basis=shared.basis,
+                            alpha=shared.alpha, controls=patchback_controls(bases),
+                            windows=list(windows), max_new_tokens=max_new_tokens, batch_size=batch_size,
+                            stop_tokens=sorted({s.stop for s in evals.values()}), seed=seed, n_boot=n_boot,
+                            progress=progress)
+
+
+def _ranking(ctx: _Context) -> RankingResult:
+    """Stage-aligned steering ranking on the toy pools (`ranking.steering_ranking`, `pools.ranking_pool`)."""
+    from interplab.probes.decodeshare.pools import ranking_pool
+    from interplab.probes.decodeshare.ranking import steering_ranking
+
+    model, cfg, L, fmt = ctx.model, ctx.cfg, ctx.layer, ctx.fmt
+    tasks = list(cfg.tasks)
+    calib = multitask_sets(model, tasks, cfg.n_calib, seed=cfg.seed, split="train", fmt=fmt)
+    ctx.say("ranking: vector pools")
+    pool = ranking_pool(model, L, calib, n_caa=cfg.rank_n_caa, n_instr=cfg.rank_n_instr, n_random=cfg.rank_n_random,
+                        caa_subset=cfg.rank_caa_subset, fmt=fmt, seed=cfg.seed + 51, batch_size=cfg.batch_size)
+    pre = collect_prefill_states(model, {t: s.prompts for t, s in calib.items()}, layer=L, batch_size=cfg.batch_size)
+    mean_norm = float(np.mean(np.linalg.norm(np.concatenate(list(pre.values())), axis=1)))
+    scale = cfg.rank_alpha * mean_norm
+    rank_sets = multitask_sets(model, tasks, cfg.rank_n_eval, seed=cfg.seed + 61, split="test", fmt=fmt)
+    real_sets = [multitask_sets(model, tasks, cfg.rank_n_eval, seed=cfg.seed + 71 + r, split="test", fmt=fmt)
+                 for r in range(cfg.rank_real_sets)]
+    res = steering_ranking(model, L, pool, rank_sets, real_sets, scale=scale, stage=cfg.rank_stage,
+                           max_new_tokens=cfg.eval_max_new_tokens, top_k=cfg.rank_top_k, progress=ctx.say)
+    res.info |= {"alpha": cfg.rank_alpha, "mean_resid_norm": mean_norm,
+                 "rank_seed": cfg.seed + 61, "real_seeds": [cfg.seed + 71 + r for r in range(cfg.rank_real_sets)]}
+    return res

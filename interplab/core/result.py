@@ -69,6 +69,14 @@ class Result:
             if isinstance(v, Result):
                 v._write(_mk(d / f.name))
                 fields[f.name] = {"$result": type(v).__name__}
+            elif _is_result_map(v):
+                for i, r in enumerate(v.values()):
+                    r._write(_mk(d / f.name / str(i)))
+                fields[f.name] = {"$result_map": list(v)}
+            elif _is_result_seq(v):
+                for i, r in enumerate(v):
+                    r._write(_mk(d / f.name / str(i)))
+                fields[f.name] = {"$result_list": len(v)}
             elif _is_frame(v):
                 tables[f.name] = v
                 fields[f.name] = {"$table": f"{f.name}.{self.TABLE_FORMAT}"}
@@ -170,6 +178,25 @@ def _is_frame(v) -> bool:
     return type(v).__name__ == "DataFrame" and hasattr(v, "to_csv")
 
 
+def _is_result_map(v) -> bool:
+    return isinstance(v, dict) and bool(v) and all(isinstance(k, str) for k in v) and all(
+        isinstance(x, Result) for x in v.values())
+
+
+def _is_result_seq(v) -> bool:
+    return isinstance(v, (list, tuple)) and bool(v) and all(isinstance(x, Result) for x in v)
+
+
+def _read_frame(path: Path):
+    """A saved table; a table saved without columns (an empty CSV file) comes back as an empty DataFrame."""
+    import pandas as pd
+
+    try:
+        return read_table(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+
+
 def _is_array(v) -> bool:
     return isinstance(v, np.ndarray) or type(v).__name__ == "Tensor" and hasattr(v, "detach")
 
@@ -218,8 +245,13 @@ def _restore(v, name: str, d: Path, arrays: dict, hint):
             if cls is None:
                 raise ResultsError(f"{d}/{name} holds a {v['$result']}, which is not a known result class")
             return cls._from_meta(d / name, _read_meta(d / name))
+        if "$result_map" in v:
+            return {k: Result.load_any(d / name / str(i)) for i, k in enumerate(v["$result_map"])}
+        if "$result_list" in v:
+            out = [Result.load_any(d / name / str(i)) for i in range(v["$result_list"])]
+            return tuple(out) if _origin(hint) is tuple else out
         if "$table" in v:
-            return read_table(d / v["$table"])
+            return _read_frame(d / v["$table"])
         if "$array" in v:
             return _as(arrays[name], v["$array"])
         if "$array_map" in v:

@@ -1,0 +1,96 @@
+"""The Result base: every field kind round-trips, folders are replaced atomically, kinds are checked."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from interplab.core.errors import ResultsError
+from interplab.core.result import Result
+
+
+@dataclass
+class _Cfg:
+    a: int = 1
+    names: tuple[str, ...] = ("x", "y")
+
+
+@dataclass
+class _Leaf(Result):
+    x: np.ndarray
+    label: str = "leaf"
+
+
+@dataclass
+class _Everything(Result):
+    scores: np.ndarray
+    mask: torch.Tensor
+    table: pd.DataFrame
+    empty: pd.DataFrame
+    by_task: dict
+    per_seed: list
+    leaf: _Leaf
+    leaves: dict
+    leaf_list: list
+    config: _Cfg | None = None
+    tasks: tuple[str, ...] = ()
+    info: dict = field(default_factory=dict)
+    n: int = 0
+
+
+def _make():
+    return _Everything(
+        scores=np.arange(6.0).reshape(2, 3), mask=torch.tensor([True, False]), table=pd.DataFrame({"a": [1, 2]}),
+        empty=pd.DataFrame(), by_task={"t1": np.zeros(3), "t2": np.ones(2)}, per_seed=[np.ones(2), np.zeros(4)],
+        leaf=_Leaf(np.array([1, 2])), leaves={"L0": _Leaf(np.zeros(1)), "L/1": _Leaf(np.ones(2), "b")},
+        leaf_list=[_Leaf(np.ones(3))], config=_Cfg(2, ("p",)), tasks=("a", "b"), info={"k": np.float64(0.5)},
+        n=np.int64(3))
+
+
+def test_round_trip_every_field_kind(tmp_path):
+    r = _make()
+    r.save(tmp_path / "r")
+    back = _Everything.load(tmp_path / "r")
+    assert np.array_equal(back.scores, r.scores) and torch.equal(back.mask, r.mask)
+    pd.testing.assert_frame_equal(back.table, r.table)
+    assert back.empty.empty
+    assert set(back.by_task) == {"t1", "t2"} and np.array_equal(back.by_task["t2"], np.ones(2))
+    assert [a.shape for a in back.per_seed] == [(2,), (4,)]
+    assert back.leaves["L/1"].label == "b" and np.array_equal(back.leaf_list[0].x, np.ones(3))
+    assert back.config == _Cfg(2, ("p",)) and back.tasks == ("a", "b")
+    assert back.info == {"k": 0.5} and back.n == 3
+    assert isinstance(Result.load_any(tmp_path / "r"), _Everything)
+
+
+def test_never_overwrites_silently_and_replaces_atomically(tmp_path):
+    _make().save(tmp_path / "r")
+    with pytest.raises(ResultsError, match="overwrite=True"):
+        _make().save(tmp_path / "r")
+    _Leaf(np.zeros(2)).save(tmp_path / "r", overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # no temp or old folder left behind
+    with pytest.raises(ResultsError, match="not a _Everything"):
+        _Everything.load(tmp_path / "r")
+
+
+def test_a_failed_save_leaves_the_earlier_result(tmp_path, monkeypatch):
+    _Leaf(np.array([7])).save(tmp_path / "r")
+
+    class Unsaveable:
+        pass
+
+    bad = _Leaf(np.array([1]), label=Unsaveable())
+    with pytest.raises(Exception):
+        bad.save(tmp_path / "r", overwrite=True)
+    assert _Leaf.load(tmp_path / "r").x.tolist() == [7]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+def test_missing_or_damaged_folder_is_typed(tmp_path):
+    with pytest.raises(ResultsError, match="holds no saved result"):
+        _Leaf.load(tmp_path)
+    (tmp_path / "result.json").write_text("{broken")
+    with pytest.raises(Exception, match="damaged"):
+        _Leaf.load(tmp_path)

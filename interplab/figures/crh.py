@@ -47,7 +47,7 @@ def cylinder_scene(cylinder, *, points=None, point_values=None, point_label: str
     2πk/n_bins); sample_diff: [d] one sample's diff vector → ô arrow + penalty polylines for each p in `ps` at
     `strength` (default 3‖a‖/2) with a slider over p."""
     go = _go()
-    from interplab.probes.crh_geometry import penalty_vector
+    from interplab.probes.crh import penalty_vector
 
     fig = go.Figure()
     if points is None:

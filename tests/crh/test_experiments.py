@@ -36,7 +36,7 @@ def test_crh_toy_experiment_on_random_checkpoint(tmp_path, checkpoint_factory):
 
 def test_toy_data_without_fallback_says_what_to_do(llama):
     from interplab.core.errors import ConfigError
-    from interplab.experiments.crh import toy_concept_data
+    from interplab.probes.crh import toy_concept_data
 
     m = llama
     with pytest.raises(ConfigError, match="vocab_fallback"):
@@ -44,29 +44,27 @@ def test_toy_data_without_fallback_says_what_to_do(llama):
 
 
 def test_run_concept_study_on_random_checkpoint(llama):
-    from interplab.experiments.crh import CRHToyConfig, run_concept_study, toy_concept_data
+    from interplab.probes.crh import ConceptStudyConfig, run_concept_study, toy_concept_data
 
     m = llama
-    cfg = CRHToyConfig(n_train=12, n_test=4, n_p=3, n_strengths=3, n_bins=4, max_new_tokens=4, n_perm=20,
-                       vocab_fallback=True, layers=[0, 1])
+    cfg = ConceptStudyConfig(n_p=3, n_strengths=3, n_bins=4, max_new_tokens=4, n_perm=20, layers=[0, 1])
     data = [toy_concept_data(m, c, n_train=12, n_test=4, seed=i, vocab_fallback=True)
             for i, c in enumerate(["animal", "food"])]
     res = run_concept_study(m, data, cfg, log=lambda *_: None)
-    assert len(res["stats"]) == 2 * 2 and res["steer_layer"] == 1
-    assert np.all(res["stats"]["plane_explained"].between(0, 1))
-    assert res["pooled_penalty"].labels.shape == (8, 3, 3)
-    assert res["pooled_sector"].labels.shape == (8, 4, 3)
-    assert set(res["baselines"]["animal"].methods) == {"diffmean", "pca", "probe"}
+    assert len(res.stats) == 2 * 2 and res.steer_layer == 1
+    assert np.all(res.stats["plane_explained"].between(0, 1))
+    assert res.pooled_penalty.labels.shape == (8, 3, 3)
+    assert res.pooled_sector.labels.shape == (8, 4, 3)
+    assert set(res.concepts["animal"].baselines.methods) == {"diffmean", "pca", "probe"}
     # the diffs used for the cylinder are the train pairs' at the steering layer: the axis matches diffmean
     from interplab.probes.crh import concept_diffs, diffmean_direction
 
-    d = concept_diffs(m, data[0].train_pairs, layer=res["steer_layer"])
-    np.testing.assert_allclose(res["cylinders"][("animal", res["steer_layer"])].axis, diffmean_direction(d),
-                               atol=1e-12)
+    d = concept_diffs(m, data[0].train_pairs, layer=res.steer_layer)
+    np.testing.assert_allclose(res.concepts["animal"].cylinder.axis, diffmean_direction(d), atol=1e-12)
 
 
 def test_toy_data_raw_and_chat_formats(llama):
-    from interplab.experiments.crh import model_format, toy_concept_data
+    from interplab.probes.crh import model_format, toy_concept_data
 
     tok = llama.tokenizer
     assert model_format(llama) == "chat"                      # random checkpoints carry a chat template, no card

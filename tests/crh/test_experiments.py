@@ -81,3 +81,15 @@ def test_toy_data_raw_and_chat_formats(llama):
     chat = toy_concept_data(llama, "animal", n_train=3, n_test=2, vocab_fallback=True, fmt="chat")
     end = tok.convert_tokens_to_ids("<|im_end|>")
     assert chat.train_pairs[0][0][-1] == end and chat.test_prompts[0][-1] == tok.convert_tokens_to_ids("assistant")
+
+
+def test_synthetic_study_roundtrip(tmp_path):
+    from interplab.core.result import Result
+    from interplab.probes.crh import SyntheticStudyConfig, synthetic_study
+
+    cfg = SyntheticStudyConfig(n_seeds=2, n_train=100, n_strengths=6, n_bins=12, impl3_concepts=3, impl3_test=10,
+                               n_perm=50)
+    study = synthetic_study(cfg)
+    back = Result.load_any(study.save(tmp_path / "study"))
+    assert back.config == cfg and back.summary() == study.summary()
+    np.testing.assert_array_equal(back.example_sector_map.labels, study.example_sector_map.labels)

@@ -38,9 +38,9 @@ from interplab.probes.crh.toy import (SPIRAL_DEFAULT_PAIR, ConceptData, model_fo
 __all__ = [
     # geometry (model-free)
     "Cylinder", "fit_cylinder", "lrh_null_plane_explained", "procrustes_2d", "circular_mean", "wrap_angle",
-    "angle_between", "max_principal_angle", "penalty_vector", "sector_vector", "sector_vectors", "sector_angles", "strength_grid",
-    "penalty_grid", "first_activation", "activation_margin", "activation_auc", "sector_centre", "suppress_centre",
-    "SectorMap", "PenaltyMap", "PairwiseTest", "pairwise_test", "steerability_slope", "TrigLawScan", "trig_law_scan",
+    "angle_between", "max_principal_angle", "penalty_vector", "sector_vector", "sector_vectors", "sector_angles",
+    "strength_grid", "penalty_grid", "first_activation", "activation_margin", "activation_auc", "sector_centre",
+    "suppress_centre", "SectorMap", "PenaltyMap", "PairwiseTest", "pairwise_test", "steerability_slope", "TrigLawScan", "trig_law_scan",
     # through a model
     "concept_acts", "concept_diffs", "steer_generate", "SteerRun", "truncate_at", "sector_scan", "penalty_scan",
     "baseline_scan", "BaselineCurves", "diffmean_direction", "pca_direction", "probe_direction",

@@ -307,5 +307,6 @@ class PenaltyMap(Result):
         return df
 
 
-__all__ = ["penalty_vector", "sector_vectors", "sector_vector", "sector_angles", "strength_grid", "penalty_grid", "first_activation",
-           "activation_margin", "activation_auc", "sector_centre", "suppress_centre", "SectorMap", "PenaltyMap"]
+__all__ = ["penalty_vector", "sector_vectors", "sector_vector", "sector_angles", "strength_grid", "penalty_grid",
+           "first_activation", "activation_margin", "activation_auc", "sector_centre", "suppress_centre", "SectorMap",
+           "PenaltyMap"]

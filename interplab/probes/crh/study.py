@@ -335,7 +335,8 @@ def _implication_tests(study: ConceptStudy, cfg: ConceptStudyConfig, log) -> Non
         log(f"[crh] Implication-3 test not computable: {e}")
     cos = np.concatenate([s.penalty.cos_theta for s in steer])
     n = [s.test_diffs.shape[0] for s in steer]
-    S = {"concept": np.concatenate([np.full(k, steerability_slope(s.penalty.labels[:, 0, :])) for k, s in zip(n, steer)]),
+    S = {"concept": np.concatenate([np.full(k, steerability_slope(s.penalty.labels[:, 0, :]))
+                                    for k, s in zip(n, steer)]),
          "sample": np.concatenate([steerability_slope(s.penalty.labels[:, 0, None, :]) for s in steer])}
     anorm = np.concatenate([np.full(k, s.cylinder.axis_norm) for k, s in zip(n, steer)])
     for level in ("concept", "sample"):

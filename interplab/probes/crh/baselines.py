@@ -111,6 +111,3 @@ def baseline_scan(model, prompts: Sequence, directions: dict, *, layer: int, jud
     return BaselineCurves(methods=names, labels=labels, strengths=L, directions=U,
                           config={"layer": layer, "positions": positions, "n_calls": run.n_calls,
                                   "max_new_tokens": max_new_tokens, "model": getattr(model, "name", "?")})
-
-
-__all__ = ["diffmean_direction", "pca_direction", "probe_direction", "BaselineCurves", "baseline_scan"]

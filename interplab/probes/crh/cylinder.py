@@ -253,7 +253,3 @@ def procrustes_2d(est: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Best 2×2 orthogonal map Q (rotation or reflection) with est @ Q ≈ ref, for [n, 2] point sets."""
     u, _, vt = np.linalg.svd(np.asarray(est).T @ np.asarray(ref))
     return u @ vt
-
-
-__all__ = ["Cylinder", "fit_cylinder", "lrh_null_plane_explained", "procrustes_2d", "circular_mean", "wrap_angle",
-           "angle_between", "max_principal_angle", "TWO_PI"]

@@ -83,6 +83,3 @@ def concept_diffs(model, pairs, *, layer: int, position: str = "last", site: str
     a_yes = concept_acts(model, yes, layer=layer, position=position, site=site, batch_size=batch_size)
     d = a_yes - a_no
     return (d, a_no, a_yes) if return_acts else d
-
-
-__all__ = ["concept_acts", "concept_diffs"]

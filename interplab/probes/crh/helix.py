@@ -276,7 +276,3 @@ def planted_line(K: int = 30, *, d: int = 64, dist: float = 3.0, noise: float = 
     u /= np.linalg.norm(u)
     w = np.linspace(0.1, 3.0, K)
     return (w * dist)[:, None] * u[None] + noise * rng.standard_normal((K, d))
-
-
-__all__ = ["HelixConfig", "HelixFit", "HelixFits", "fit_helix", "helix_targets", "planted_helix", "planted_line",
-           "HELIX_MODES"]

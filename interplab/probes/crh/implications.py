@@ -216,6 +216,3 @@ def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float
                        n_negative_cos=int(neg.sum()),
                        config={"a_max": a_max, "a_step": a_step, "p_step": p_step, "negative_cos": negative_cos,
                                "n_perm": n_perm, "seed": seed})
-
-
-__all__ = ["PairwiseTest", "pairwise_test", "steerability_slope", "TrigLawScan", "trig_law_scan"]

@@ -88,6 +88,3 @@ def generate_concept_pairs(model, questions: Sequence[str], instruction: str, *,
     if filter_judge is not None:
         keep = (_judge(filter_judge, r_yes) == CONCEPT) & (_judge(filter_judge, r_no) == NORMAL)
     return ConceptPairs(questions=qs, resp_no=r_no, resp_with=r_yes, pairs=pairs, keep=keep)
-
-
-__all__ = ["load_concept_menu", "ConceptPairs", "generate_concept_pairs", "MENU_COLUMNS"]

@@ -305,8 +305,3 @@ class PenaltyMap(Result):
         if self.texts is not None and len(self.texts) == len(df):
             df["text"] = self.texts
         return df
-
-
-__all__ = ["penalty_vector", "sector_vectors", "sector_vector", "sector_angles", "strength_grid", "penalty_grid",
-           "first_activation", "activation_margin", "activation_auc", "sector_centre", "suppress_centre", "SectorMap",
-           "PenaltyMap"]

@@ -295,7 +295,3 @@ def spiral_probe(model, prompt_ori, prompt_tgt, layer: int, *, modes: Sequence[s
         flat[mode] = fit_helix(planar, cfg)
     return SpiralProbe(vectors=sv, fits=HelixFits(**fits), reference_fits=HelixFits(**ref),
                        planar_fits=HelixFits(**flat))
-
-
-__all__ = ["optimise_steering_vectors", "spiral_probe", "SteeringVectors", "SpiralProbe", "first_difference",
-           "budget_grid", "DEFAULT_WS"]

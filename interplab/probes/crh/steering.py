@@ -152,6 +152,3 @@ def penalty_scan(model, prompts: Sequence, diffs, axis, *, layer: int, judge, st
            "greedy": greedy, "n_calls": run.n_calls, "seconds": run.seconds, "model": getattr(model, "name", "?")}
     return PenaltyMap(labels=labels, ps=P, strengths=L, cos_theta=cos, config=cfg,
                       texts=run.texts if keep_texts else None)
-
-
-__all__ = ["steer_generate", "SteerRun", "truncate_at", "sector_scan", "penalty_scan", "POSITIONS", "END_OF_TURN"]

@@ -376,7 +376,3 @@ def run_concept_study(model, concepts: Sequence[ConceptData], cfg: ConceptStudyC
     study = ConceptStudy(stats=stats, steer_layer=steer_layer, concepts=per)
     _implication_tests(study, cfg, log)
     return study
-
-
-__all__ = ["SyntheticStudyConfig", "SyntheticStudy", "synthetic_study", "RECOVERY_THRESHOLDS", "ConceptStudyConfig",
-           "ConceptSteering", "ConceptStudy", "run_concept_study"]

@@ -216,7 +216,3 @@ def synthetic_penalty_map(organism: PlantedCylinder, cylinder=None, *, strengths
     cos = organism.test @ cyl.axis / np.linalg.norm(organism.test, axis=1)
     return PenaltyMap(labels=np.transpose(lab, (2, 1, 0)), ps=P, strengths=L, cos_theta=cos,
                       config={"source": "planted-cylinder oracle", "seed": organism.config.seed})
-
-
-__all__ = ["PlantedCylinderConfig", "PlantedCylinder", "planted_cylinder", "synthetic_sector_map",
-           "synthetic_penalty_map", "SECTOR_MODES"]

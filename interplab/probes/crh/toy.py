@@ -62,44 +62,6 @@ def _word_mapping(model, concept: str, vocab: dict, vocab_fallback: bool) -> dic
     return {w: full[w] for w in needed}
 
 
-class _Encoder:
-    """Token ids of toy examples in one format ('raw' or 'chat') under a word mapping."""
-
-    def __init__(self, model, mapping: dict, vocab: dict, fmt: str, read_at: str):
-        self.model, self.mapping, self.vocab, self.fmt, self.read_at = model, mapping, vocab, fmt, read_at
-        self.tok = model.tokenizer
-
-    def text(self, words) -> str:
-        return " ".join(self.mapping[w] for w in words)
-
-    def ids(self, words) -> list[int]:
-        return [self.vocab[self.mapping[w]] for w in words]
-
-    def _bos(self) -> list[int]:
-        return [self.tok.bos_token_id] if self.tok.bos_token_id is not None else []
-
-    def pair(self, no, yes) -> tuple:
-        out = []
-        for ex in (no, yes):
-            if self.fmt == "chat":
-                msgs = [{"role": "user", "content": self.text(ex.user)},
-                        {"role": "assistant", "content": self.text(ex.response)}]
-                ids = _chat_ids(self.model, msgs, gen_prompt=False)
-                end = self.tok.convert_tokens_to_ids("<|im_end|>")
-            else:
-                ids = self._bos() + self.ids(ex.user) + self.ids(ex.response) + [self.tok.eos_token_id]
-                end = self.tok.eos_token_id
-            if self.read_at == "last_response":
-                ids = ids[: max(i for i, t in enumerate(ids) if t == end)]
-            out.append(ids)
-        return tuple(out)
-
-    def prompt(self, ex) -> list[int]:
-        if self.fmt == "chat":
-            return _chat_ids(self.model, [{"role": "user", "content": self.text(ex.user)}], gen_prompt=True)
-        return self._bos() + self.ids(ex.user)
-
-
 def toy_concept_data(model, concept: str, *, n_train: int = 100, n_test: int = 8, seed: int = 0,
                      read_at: str = "end", vocab_fallback: bool = False, fmt: str = "auto") -> ConceptData:
     """Pairs and prompts for one toy concept (interplab.data.concepts), as token ids of `model`.
@@ -120,11 +82,39 @@ def toy_concept_data(model, concept: str, *, n_train: int = 100, n_test: int = 8
     fmt = model_format(model) if fmt == "auto" else fmt
     if fmt not in ("raw", "chat"):
         raise ConfigError(f"fmt must be 'auto', 'raw' or 'chat', got {fmt!r}")
-    enc = _Encoder(model, mapping, vocab, fmt, read_at)
-    train = [enc.pair(a, b) for a, b in gen.pairs(n_train, seed=seed, concept=concept)]
+    tok = model.tokenizer
+
+    def m(words):
+        return " ".join(mapping[w] for w in words)
+
+    def ids_of(words):
+        return [vocab[mapping[w]] for w in words]
+
+    def pair_ids(no, yes):
+        out = []
+        for ex in (no, yes):
+            if fmt == "chat":
+                msgs = [{"role": "user", "content": m(ex.user)}, {"role": "assistant", "content": m(ex.response)}]
+                ids = _chat_ids(model, msgs, gen_prompt=False)
+                end = tok.convert_tokens_to_ids("<|im_end|>")
+            else:
+                bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
+                ids = bos + ids_of(ex.user) + ids_of(ex.response) + [tok.eos_token_id]
+                end = tok.eos_token_id
+            if read_at == "last_response":
+                ids = ids[: max(i for i, t in enumerate(ids) if t == end)]
+            out.append(ids)
+        return tuple(out)
+
+    def prompt_ids(ex):
+        if fmt == "chat":
+            return _chat_ids(model, [{"role": "user", "content": m(ex.user)}], gen_prompt=True)
+        return ([tok.bos_token_id] if tok.bos_token_id is not None else []) + ids_of(ex.user)
+
+    train = [pair_ids(a, b) for a, b in gen.pairs(n_train, seed=seed, concept=concept)]
     test_raw = gen.pairs(n_test, seed=seed + 10_000, concept=concept)
-    test = [enc.pair(a, b) for a, b in test_raw]
-    prompts = [enc.prompt(a) for a, _ in test_raw]
+    test = [pair_ids(a, b) for a, b in test_raw]
+    prompts = [prompt_ids(a) for a, _ in test_raw]
     return ConceptData(name=concept, words=tuple(mapping[w] for w in CONCEPTS[concept]), train_pairs=train,
                        test_pairs=test, test_prompts=prompts)
 
@@ -147,7 +137,3 @@ def toy_spiral_prompts(concept_ori: str, concept_tgt: str, question: str = "the 
     user = f"{question} {tv.SEP}".strip()
     return tuple([{"role": "system", "content": f"{tv.MENTION} {c}"}, {"role": "user", "content": user}]
                  for c in (concept_ori, concept_tgt))
-
-
-
-__all__ = ["ConceptData", "model_format", "toy_concept_data", "toy_spiral_prompts", "SPIRAL_DEFAULT_PAIR"]

@@ -122,7 +122,7 @@ if kind.startswith("toy"):
     concept = st.selectbox("Concept", list(CONCEPT_NAMES), key="crh_concept")
     try:
         data = crh.toy_concept_data(model, concept, n_train=int(n_train), n_test=4, seed=0,
-                                vocab_fallback="fallback" in kind)
+                                    vocab_fallback="fallback" in kind)
     except InterplabError as exc:
         st.warning(str(exc))
         st.stop()
@@ -137,7 +137,7 @@ else:
         st.info("Give at least 3 pairs, the concept words and 1..n_pairs test prompts.")
         st.stop()
     data = crh.ConceptData(name="custom", words=tuple(w.strip() for w in words.split(",") if w.strip()),
-                       train_pairs=pairs, test_pairs=pairs[: len(tp)], test_prompts=tp)
+                           train_pairs=pairs, test_pairs=pairs[: len(tp)], test_prompts=tp)
 
 
 key = (state.normalize_name(name), backend, device, dtype, kind, getattr(data, "name", ""), int(layer), int(n_train))

@@ -47,8 +47,6 @@ def cylinder_scene(cylinder, *, points=None, point_values=None, point_label: str
     2πk/n_bins); sample_diff: [d] one sample's diff vector → ô arrow + penalty polylines for each p in `ps` at
     `strength` (default 3‖a‖/2) with a slider over p."""
     go = _go()
-    from interplab.probes.crh_geometry import penalty_vector
-
     fig = go.Figure()
     if points is None:
         x = cylinder.xy[:, 0]
@@ -81,50 +79,14 @@ def cylinder_scene(cylinder, *, points=None, point_values=None, point_label: str
     else:
         marker.update(color=QUALITATIVE[1])
     fig.add_trace(go.Scatter3d(x=x, y=y, z=z, mode="markers", marker=marker, name="diff endpoints"))
-    # normal-plane disk with sector wedges
     if sector_auc is not None:
-        auc = np.asarray(sector_auc, np.float64)
-        B = auc.size
-        h = float(np.median(z)) if disk_height is None else float(disk_height)
-        cols = _colors(auc, PROBABILITY)
-        half = math.pi / B
-        for k in range(B):
-            a = np.linspace(2 * math.pi * k / B - half, 2 * math.pi * k / B + half, 6)
-            xs = np.r_[0.0, R * 1.3 * np.cos(a)]
-            ys = np.r_[0.0, R * 1.3 * np.sin(a)]
-            n = xs.size
-            fig.add_trace(go.Mesh3d(x=xs, y=ys, z=np.full(n, h), i=np.zeros(n - 2, int), j=np.arange(1, n - 1),
-                                    k=np.arange(2, n), color=cols[k], opacity=0.55, name=f"β={math.degrees(2 * math.pi * k / B):.0f}°",
-                                    hovertext=f"β={math.degrees(2 * math.pi * k / B):.0f}°, AUC={auc[k]:.3f}",
-                                    hoverinfo="text", showlegend=False))
-    # one sample: ô arrow and penalty polylines
-    n_fixed = len(fig.data)
+        _sector_disk(go, fig, np.asarray(sector_auc, np.float64), R,
+                     float(np.median(z)) if disk_height is None else float(disk_height))
     slider = None
     if sample_diff is not None:
-        d = np.asarray(sample_diff, np.float64).ravel()
-        L = float(strength) if strength is not None else 1.5 * cylinder.axis_norm
-        P = np.asarray(ps if ps is not None else np.linspace(0, 1, 11), np.float64)
-        cd = cylinder.coords(d)
-        o_dir = np.array([cd["x"], cd["y"]])
-        o_dir = o_dir / max(np.linalg.norm(o_dir), 1e-12)
-        fig.add_trace(go.Scatter3d(x=[0, cd["x"]], y=[0, cd["y"]], z=[0, cd["z"]], mode="lines+markers",
-                                   line=dict(color=QUALITATIVE[3], width=5), marker=dict(size=3),
-                                   name="sample d_i"))
-        fig.add_trace(go.Scatter3d(x=[0, o_dir[0] * R], y=[0, o_dir[1] * R], z=[0, 0], mode="lines",
-                                   line=dict(color=QUALITATIVE[4], width=6, dash="dash"), name="ô_i (plane view)"))
-        n_fixed = len(fig.data)
-        for j, p in enumerate(P):
-            v = penalty_vector(d, cylinder.axis, L, p)
-            cv = cylinder.coords(v)
-            ax = cylinder.coords(cylinder.axis * float(cv["z"]))
-            fig.add_trace(go.Scatter3d(x=[0, ax["x"], cv["x"]], y=[0, ax["y"], cv["y"]], z=[0, ax["z"], cv["z"]],
-                                       mode="lines+markers", line=dict(color=QUALITATIVE[2], width=7),
-                                       marker=dict(size=4), name=f"v(L={L:.3g}, p={p:.2f})", visible=(j == 0)))
-        steps = []
-        for j, p in enumerate(P):
-            vis = [True] * n_fixed + [k == j for k in range(P.size)]
-            steps.append(dict(method="update", args=[{"visible": vis}], label=f"{p:.2f}"))
-        slider = [dict(active=0, currentvalue=dict(prefix=f"penalty p (L={L:.3g}): "), steps=steps, pad=dict(t=30))]
+        slider = _penalty_polylines(go, fig, cylinder, np.asarray(sample_diff, np.float64).ravel(),
+                                    float(strength) if strength is not None else 1.5 * cylinder.axis_norm,
+                                    np.asarray(ps if ps is not None else np.linspace(0, 1, 11), np.float64))
     t = title or (f"CRH cylinder — 2-D view of a (d−1)-dim normal plane: top-2 EV {cylinder.plane_explained:.2f} "
                   f"(LRH null {cylinder.null_plane_explained:.2f}), score {cylinder.cylinder_score:.1f}")
     apply_style(fig, title=t, height=640)
@@ -132,6 +94,52 @@ def cylinder_scene(cylinder, *, points=None, point_values=None, point_label: str
     if slider:
         fig.update_layout(sliders=slider)
     return fig
+
+
+def _sector_disk(go, fig, auc: np.ndarray, R: float, h: float) -> None:
+    """Normal-plane disk at height h: one Mesh3d wedge per sector bin, coloured by its AUC."""
+    B = auc.size
+    cols = _colors(auc, PROBABILITY)
+    half = math.pi / B
+    for k in range(B):
+        a = np.linspace(2 * math.pi * k / B - half, 2 * math.pi * k / B + half, 6)
+        xs = np.r_[0.0, R * 1.3 * np.cos(a)]
+        ys = np.r_[0.0, R * 1.3 * np.sin(a)]
+        n = xs.size
+        fig.add_trace(go.Mesh3d(x=xs, y=ys, z=np.full(n, h), i=np.zeros(n - 2, int), j=np.arange(1, n - 1),
+                                k=np.arange(2, n), color=cols[k], opacity=0.55,
+                                name=f"β={math.degrees(2 * math.pi * k / B):.0f}°",
+                                hovertext=f"β={math.degrees(2 * math.pi * k / B):.0f}°, AUC={auc[k]:.3f}",
+                                hoverinfo="text", showlegend=False))
+
+
+def _penalty_polylines(go, fig, cylinder, d: np.ndarray, L: float, P: np.ndarray) -> list:
+    """One sample's d_i and ô arrow, and its penalty polylines 0 → axial part → v(L, p), one per p behind a
+    slider (returned)."""
+    from interplab.probes.crh import penalty_vector
+
+    R = cylinder.radius
+    cd = cylinder.coords(d)
+    o_dir = np.array([cd["x"], cd["y"]])
+    o_dir = o_dir / max(np.linalg.norm(o_dir), 1e-12)
+    fig.add_trace(go.Scatter3d(x=[0, cd["x"]], y=[0, cd["y"]], z=[0, cd["z"]], mode="lines+markers",
+                               line=dict(color=QUALITATIVE[3], width=5), marker=dict(size=3),
+                               name="sample d_i"))
+    fig.add_trace(go.Scatter3d(x=[0, o_dir[0] * R], y=[0, o_dir[1] * R], z=[0, 0], mode="lines",
+                               line=dict(color=QUALITATIVE[4], width=6, dash="dash"), name="ô_i (plane view)"))
+    n_fixed = len(fig.data)
+    for j, p in enumerate(P):
+        v = penalty_vector(d, cylinder.axis, L, p)
+        cv = cylinder.coords(v)
+        ax = cylinder.coords(cylinder.axis * float(cv["z"]))
+        fig.add_trace(go.Scatter3d(x=[0, ax["x"], cv["x"]], y=[0, ax["y"], cv["y"]], z=[0, ax["z"], cv["z"]],
+                                   mode="lines+markers", line=dict(color=QUALITATIVE[2], width=7),
+                                   marker=dict(size=4), name=f"v(L={L:.3g}, p={p:.2f})", visible=(j == 0)))
+    steps = []
+    for j, p in enumerate(P):
+        vis = [True] * n_fixed + [k == j for k in range(P.size)]
+        steps.append(dict(method="update", args=[{"visible": vis}], label=f"{p:.2f}"))
+    return [dict(active=0, currentvalue=dict(prefix=f"penalty p (L={L:.3g}): "), steps=steps, pad=dict(t=30))]
 
 
 def sector_polar(sector_map, *, title: str | None = None):

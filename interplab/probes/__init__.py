@@ -20,9 +20,8 @@ _export("pcfg_construction", "construction_mirror")
 _export("crh", "concept_diffs", "concept_acts", "fit_cylinder", "Cylinder", "penalty_vector", "sector_vectors",
         "sector_scan", "penalty_scan", "baseline_scan", "steer_generate", "SectorMap", "PenaltyMap", "PairwiseTest",
         "pairwise_test", "trig_law_scan", "fit_helix", "HelixFit", "GibberishFilter", "TokenSetJudge", "LLMJudge",
-        "planted_cylinder", "generate_concept_pairs", "load_concept_menu")
-
-_export("crh_spiral", "optimise_steering_vectors", "spiral_probe", "SteeringVectors", "SpiralProbe")
+        "planted_cylinder", "generate_concept_pairs", "load_concept_menu", "optimise_steering_vectors",
+        "spiral_probe", "SteeringVectors", "SpiralProbe")
 
 _export("decodeshare", "collect_decode_states", "collect_decode_states_multi", "collect_prefill_states",
         "shared_subspace", "SharedSubspace", "SharedSubspaceConfig", "null_permutation", "null_rotation", "NullResult",

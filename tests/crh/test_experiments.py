@@ -36,7 +36,7 @@ def test_crh_toy_experiment_on_random_checkpoint(tmp_path, checkpoint_factory):
 
 def test_toy_data_without_fallback_says_what_to_do(llama):
     from interplab.core.errors import ConfigError
-    from interplab.experiments.crh import toy_concept_data
+    from interplab.probes.crh import toy_concept_data
 
     m = llama
     with pytest.raises(ConfigError, match="vocab_fallback"):
@@ -44,29 +44,27 @@ def test_toy_data_without_fallback_says_what_to_do(llama):
 
 
 def test_run_concept_study_on_random_checkpoint(llama):
-    from interplab.experiments.crh import CRHToyConfig, run_concept_study, toy_concept_data
+    from interplab.probes.crh import ConceptStudyConfig, run_concept_study, toy_concept_data
 
     m = llama
-    cfg = CRHToyConfig(n_train=12, n_test=4, n_p=3, n_strengths=3, n_bins=4, max_new_tokens=4, n_perm=20,
-                       vocab_fallback=True, layers=[0, 1])
+    cfg = ConceptStudyConfig(n_p=3, n_strengths=3, n_bins=4, max_new_tokens=4, n_perm=20, layers=[0, 1])
     data = [toy_concept_data(m, c, n_train=12, n_test=4, seed=i, vocab_fallback=True)
             for i, c in enumerate(["animal", "food"])]
     res = run_concept_study(m, data, cfg, log=lambda *_: None)
-    assert len(res["stats"]) == 2 * 2 and res["steer_layer"] == 1
-    assert np.all(res["stats"]["plane_explained"].between(0, 1))
-    assert res["pooled_penalty"].labels.shape == (8, 3, 3)
-    assert res["pooled_sector"].labels.shape == (8, 4, 3)
-    assert set(res["baselines"]["animal"].methods) == {"diffmean", "pca", "probe"}
+    assert len(res.stats) == 2 * 2 and res.steer_layer == 1
+    assert np.all(res.stats["plane_explained"].between(0, 1))
+    assert res.pooled_penalty.labels.shape == (8, 3, 3)
+    assert res.pooled_sector.labels.shape == (8, 4, 3)
+    assert set(res.concepts["animal"].baselines.methods) == {"diffmean", "pca", "probe"}
     # the diffs used for the cylinder are the train pairs' at the steering layer: the axis matches diffmean
     from interplab.probes.crh import concept_diffs, diffmean_direction
 
-    d = concept_diffs(m, data[0].train_pairs, layer=res["steer_layer"])
-    np.testing.assert_allclose(res["cylinders"][("animal", res["steer_layer"])].axis, diffmean_direction(d),
-                               atol=1e-12)
+    d = concept_diffs(m, data[0].train_pairs, layer=res.steer_layer)
+    np.testing.assert_allclose(res.concepts["animal"].cylinder.axis, diffmean_direction(d), atol=1e-12)
 
 
 def test_toy_data_raw_and_chat_formats(llama):
-    from interplab.experiments.crh import model_format, toy_concept_data
+    from interplab.probes.crh import model_format, toy_concept_data
 
     tok = llama.tokenizer
     assert model_format(llama) == "chat"                      # random checkpoints carry a chat template, no card
@@ -83,3 +81,15 @@ def test_toy_data_raw_and_chat_formats(llama):
     chat = toy_concept_data(llama, "animal", n_train=3, n_test=2, vocab_fallback=True, fmt="chat")
     end = tok.convert_tokens_to_ids("<|im_end|>")
     assert chat.train_pairs[0][0][-1] == end and chat.test_prompts[0][-1] == tok.convert_tokens_to_ids("assistant")
+
+
+def test_synthetic_study_roundtrip(tmp_path):
+    from interplab.core.result import Result
+    from interplab.probes.crh import SyntheticStudyConfig, synthetic_study
+
+    cfg = SyntheticStudyConfig(n_seeds=2, n_train=100, n_strengths=6, n_bins=12, impl3_concepts=3, impl3_test=10,
+                               n_perm=50)
+    study = synthetic_study(cfg)
+    back = Result.load_any(study.save(tmp_path / "study"))
+    assert back.config == cfg and back.summary() == study.summary()
+    np.testing.assert_array_equal(back.example_sector_map.labels, study.example_sector_map.labels)

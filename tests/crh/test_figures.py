@@ -6,7 +6,7 @@ from interplab.figures.crh import (
     sector_polar, synthetic_recovery_figure,
 )
 from interplab.probes.crh import BaselineCurves, fit_helix, pairwise_test, planted_helix
-from interplab.probes.crh_synthetic import planted_cylinder, synthetic_penalty_map, synthetic_sector_map
+from interplab.probes.crh import planted_cylinder, synthetic_penalty_map, synthetic_sector_map
 
 
 def test_figures_build():

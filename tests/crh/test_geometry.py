@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from interplab.core.errors import DataError, InputError, ShapeError
-from interplab.probes.crh_geometry import (
+from interplab.probes.crh import (
     Cylinder, PairwiseTest, PenaltyMap, SectorMap, activation_auc, activation_margin, angle_between,
     first_activation, fit_cylinder, max_principal_angle, pairwise_test, penalty_grid, penalty_vector,
     procrustes_2d, sector_angles, sector_centre, sector_vectors, strength_grid, wrap_angle,
 )
-from interplab.probes.crh_synthetic import planted_cylinder, synthetic_penalty_map, synthetic_sector_map
+from interplab.probes.crh import planted_cylinder, synthetic_penalty_map, synthetic_sector_map
 
 
 # ------------------------------------------------------------------ synthetic recovery (spec §8 tests 1–4)
@@ -225,7 +225,7 @@ def test_pairwise_test_hand_computed(tmp_path):
 
 # ------------------------------------------------------------------ Implication 2 (spec §8 test 8)
 def test_steerability_slope_and_trig_law_hand_computed():
-    from interplab.probes.crh_geometry import steerability_slope, trig_law_scan
+    from interplab.probes.crh import steerability_slope, trig_law_scan
 
     lab = np.array([[1, 2, 2], [1, 1, 2]])                  # fractions per step 0, .5, 1 -> slope .5
     assert steerability_slope(lab) == pytest.approx(0.5)

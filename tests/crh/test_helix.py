@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from interplab.probes.crh_helix import HelixFit, fit_helix, planted_helix, planted_line
+from interplab.probes.crh import HelixFit, fit_helix, planted_helix, planted_line
 
 
 @pytest.mark.parametrize("n", [0.7, 1.0])

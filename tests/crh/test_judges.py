@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from interplab.core.errors import InputError
-from interplab.probes.crh_judges import GibberishFilter, LLMJudge, TokenSetJudge, check_labels
+from interplab.probes.crh import GibberishFilter, LLMJudge, TokenSetJudge, check_labels
 
 
 def test_regex_modes_b4():

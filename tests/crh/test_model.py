@@ -196,7 +196,7 @@ def test_backend_parity_diffs_and_sector_scan(model, model_factory):
 
 def test_truncate_at_end_of_turn(model):
     assert truncate_at(["a b <|im_end|> c", "x y", "<|im_end|>z"], ["<|im_end|>"]) == ["a b", "x y", ""]
-    from interplab.probes.crh import _stop_strings
+    from interplab.probes.crh.steering import _stop_strings
 
     assert _stop_strings(model, None) == ("<|im_end|>",)      # random checkpoints carry the ChatML tokens
     assert _stop_strings(model, []) == ()

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from interplab.core.errors import InputError
-from interplab.probes.crh_spiral import (SpiralProbe, SteeringVectors, first_difference, optimise_steering_vectors,
+from interplab.probes.crh import (SpiralProbe, SteeringVectors, first_difference, optimise_steering_vectors,
                                          spiral_probe)
 
 ORI = [1, 5, 6, 7, 8, 9, 10]
@@ -108,7 +108,7 @@ def test_spiral_probe_fits_and_roundtrip(tiny, tmp_path):
 
 def test_crh_spiral_is_registered_and_prompts_differ_in_one_token():
     from interplab.core.errors import ConfigError
-    from interplab.experiments.crh import toy_spiral_prompts
+    from interplab.probes.crh import toy_spiral_prompts
     from interplab.experiments.registry import get_experiment
 
     assert get_experiment("crh-spiral").config.__name__ == "CRHSpiralConfig"

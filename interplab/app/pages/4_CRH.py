@@ -19,8 +19,6 @@ from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.crh import (cylinder_scene, pairwise_scatter, penalty_heatmaps,  # noqa: E402
                                    sector_polar)
 from interplab.probes import crh  # noqa: E402
-from interplab.probes.crh_judges import LABEL_NAMES  # noqa: E402
-from interplab.probes.crh_synthetic import SECTOR_MODES  # noqa: E402
 
 st.title("CRH · cylindrical concept geometry")
 st.caption("Difference vectors (with concept − without) split into a central axis û and a normal part; the plane "
@@ -84,7 +82,7 @@ def _views(cyl, sm, pm, pt, sample_diffs, key: str, frame_note: str = ""):
 if source.startswith("Planted"):
     c1, c2, c3, c4, c5 = st.columns(5)
     seed = c1.number_input("Seed", 0, 10_000, 0, key="crh_syn_seed")
-    sector = c2.selectbox("Hidden sectors", list(SECTOR_MODES), key="crh_syn_sector")
+    sector = c2.selectbox("Hidden sectors", list(crh.SECTOR_MODES), key="crh_syn_sector")
     gamma = c3.slider("γ (tilt from the axis, °)", 5.0, 85.0, 45.0, key="crh_syn_gamma")
     n_bins = c4.select_slider("Sector bins", [8, 12, 24, 36], value=24, key="crh_syn_bins")
     lrh = c5.checkbox("LRH null (ρ = 0)", value=False, key="crh_syn_null")
@@ -106,7 +104,6 @@ device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 
 from interplab.data.concepts import CONCEPT_NAMES  # noqa: E402
-from interplab.experiments.crh import ConceptData, toy_concept_data  # noqa: E402
 
 vocab = model.tokenizer.get_vocab()
 has_toy = all(w in vocab for w in ("cat", "dog", "sep", "the"))
@@ -124,8 +121,8 @@ data = None
 if kind.startswith("toy"):
     concept = st.selectbox("Concept", list(CONCEPT_NAMES), key="crh_concept")
     try:
-        data = toy_concept_data(model, concept, n_train=int(n_train), n_test=4, seed=0,
-                                vocab_fallback="fallback" in kind)
+        data = crh.toy_concept_data(model, concept, n_train=int(n_train), n_test=4, seed=0,
+                                    vocab_fallback="fallback" in kind)
     except InterplabError as exc:
         st.warning(str(exc))
         st.stop()
@@ -139,8 +136,8 @@ else:
     if len(pairs) < 3 or not words.strip() or not tp or len(tp) > len(pairs):
         st.info("Give at least 3 pairs, the concept words and 1..n_pairs test prompts.")
         st.stop()
-    data = ConceptData(name="custom", words=tuple(w.strip() for w in words.split(",") if w.strip()),
-                       train_pairs=pairs, test_pairs=pairs[: len(tp)], test_prompts=tp)
+    data = crh.ConceptData(name="custom", words=tuple(w.strip() for w in words.split(",") if w.strip()),
+                           train_pairs=pairs, test_pairs=pairs[: len(tp)], test_prompts=tp)
 
 
 key = (state.normalize_name(name), backend, device, dtype, kind, getattr(data, "name", ""), int(layer), int(n_train))
@@ -202,13 +199,12 @@ gam = t3.slider("γ (°)", 0, 90, 45, key="crh_try_gamma")
 strength = t4.number_input("L", 0.0, 1e4, float(round(3 * cyl.axis_norm, 3)), key="crh_try_L")
 if st.button("Generate", key="crh_try_go"):
     p = prompt if prompt.strip() else data.test_prompts[0]
-    b, g = math.radians(beta), math.radians(gam)
-    v = strength * (math.cos(g) * cyl.axis + math.sin(g) * (math.cos(b) * cyl.plane[:, 0] + math.sin(b) * cyl.plane[:, 1]))
+    v = crh.sector_vector(cyl, gamma_deg=gam, beta_deg=beta, strength=strength)
     run = crh.steer_generate(model, [p, p], np.stack([np.zeros_like(v), v]), site=f"resid_post.{int(layer)}",
                              max_new_tokens=16)
     labels = judge(run.texts)
     st.dataframe(pd.DataFrame({"condition": ["unsteered", f"steered (β={beta}°, γ={gam}°, L={strength:g})"],
-                               "output": run.texts, "label": [LABEL_NAMES[int(x)] for x in labels]}),
+                               "output": run.texts, "label": [crh.LABEL_NAMES[int(x)] for x in labels]}),
                  hide_index=True, key="crh_try_table")
 
 # ----------------------------------------------------------------------------------------------- spiral probe
@@ -217,19 +213,17 @@ st.caption("Two prompts differing in one token: norm-constrained steering vector
            "budget w·dist (the `crh-spiral` experiment), a helix fit to the trajectory, and two controls fitted the "
            "same way: the straight LRH line w·dist·Δ̂ and the trajectory flattened onto its top-2 PCs.")
 from interplab.data.concepts import CONCEPTS  # noqa: E402
-from interplab.experiments.crh import CRHSpiralConfig, toy_spiral_prompts  # noqa: E402
 from interplab.figures.crh import helix_figure, steering_vectors_figure  # noqa: E402
-from interplab.probes.crh_spiral import spiral_probe  # noqa: E402
 
-_sp_defaults = CRHSpiralConfig()
+sp_ori, sp_tgt, sp_question = crh.SPIRAL_DEFAULT_PAIR
 sp_src = st.radio("Prompt pair", ["Toy concept pair (crh-spiral)", "Custom prompts"], horizontal=True,
                   key="crh_sp_source")
 if sp_src.startswith("Toy"):
     concepts = list(CONCEPTS)
     p1, p2, p3 = st.columns(3)
-    c_ori = p1.selectbox("Concept (ori)", concepts, index=concepts.index(_sp_defaults.concept_ori), key="crh_sp_ori")
-    c_tgt = p2.selectbox("Concept (tgt)", concepts, index=concepts.index(_sp_defaults.concept_tgt), key="crh_sp_tgt")
-    question = p3.text_input("Question", value=_sp_defaults.question, key="crh_sp_question")
+    c_ori = p1.selectbox("Concept (ori)", concepts, index=concepts.index(sp_ori), key="crh_sp_ori")
+    c_tgt = p2.selectbox("Concept (tgt)", concepts, index=concepts.index(sp_tgt), key="crh_sp_tgt")
+    question = p3.text_input("Question", value=sp_question, key="crh_sp_question")
 else:
     p1, p2 = st.columns(2)
     txt_ori = p1.text_input("Prompt (ori)", key="crh_sp_prompt_ori", help="one user turn (chat-templated when the "
@@ -242,18 +236,15 @@ w_max = q3.number_input("w max", 0.0, 10.0, 3.0, step=0.1, key="crh_sp_wmax")
 w_step = q4.number_input("w step", 0.05, 5.0, 0.5, step=0.05, key="crh_sp_wstep")
 sp_steps = q5.number_input("Adam steps", 0, 200, 10, key="crh_sp_steps")
 if st.button("Run spiral probe", key="crh_sp_go"):
-    ws = np.round(np.arange(float(w_min), float(w_max) + float(w_step) / 2, float(w_step)), 10)
-    sp_key = (key, sp_src, int(sp_layer), tuple(ws.tolist()), int(sp_steps))
     try:
+        ws = crh.budget_grid(float(w_min), float(w_max), float(w_step))
         if sp_src.startswith("Toy"):
-            ori, tgt = toy_spiral_prompts(c_ori, c_tgt, question)
+            ori, tgt = crh.toy_spiral_prompts(c_ori, c_tgt, question)
         else:
             ori, tgt = txt_ori, txt_tgt
         with st.spinner("Optimising steering vectors and fitting helices..."):
-            sp = spiral_probe(model, ori, tgt, int(sp_layer), modes=tuple(_sp_defaults.modes), ws=ws,
-                              steps=int(sp_steps), lr=_sp_defaults.lr, temperature=_sp_defaults.temperature,
-                              eps=_sp_defaults.eps)
-        st.session_state["crh_sp_result"] = (sp_key, sp)
+            sp = crh.spiral_probe(model, ori, tgt, int(sp_layer), ws=ws, steps=int(sp_steps))
+        st.session_state["crh_sp_result"] = ((key, sp_src, int(sp_layer), tuple(ws.tolist()), int(sp_steps)), sp)
     except InterplabError as exc:
         st.session_state.pop("crh_sp_result", None)
         st.error(f"Spiral probe failed: {exc}")

@@ -187,7 +187,3 @@ def check_labels(labels, n: int) -> np.ndarray:
     if not np.isin(lab, (1, 2, 3)).all():
         raise InputError(f"the judge returned labels {sorted(set(lab.tolist()))}; only 1, 2, 3 are valid")
     return lab.astype(np.int64)
-
-
-__all__ = ["GibberishFilter", "TokenSetJudge", "LLMJudge", "check_labels", "NORMAL", "CONCEPT", "GIBBERISH",
-           "FIXED_PATTERNS", "FAITHFUL_PATTERNS", "LABEL_NAMES"]

@@ -14,12 +14,13 @@ t_j = linspace(0, 1, K), r_j = r + r_var·t_j, on Z.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.result import Result
 
 HELIX_MODES = ("fixed", "faithful")
 
@@ -95,7 +96,7 @@ class HelixConfig:
 
 
 @dataclass
-class HelixFit:
+class HelixFit(Result):
     """Helix-fit result.
 
     mode, n_rot (turns over the trajectory), r, r_var (faithful: fitted grid values; fixed: r = 1, r_var = ratio),
@@ -158,32 +159,30 @@ class HelixFit:
         df.attrs.update(self.summary())
         return df
 
-    def save(self, path) -> Path:
-        from interplab.core.io import write_arrays, write_json
+@dataclass
+class HelixFits(Result, Mapping):
+    """Helix fits of one trajectory by mode: a read-only mapping over the modes that were fitted
+    (`fits["fixed"]`, `set(fits)`, `fits.items()`), in `HELIX_MODES` order."""
 
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        write_arrays(path / "helix.safetensors", {k: getattr(self, k) for k in (
-            "r2", "coef", "intercept", "pca_mean", "components", "Z", "explained", "scan_n", "scan_score")})
-        write_json(path / "helix.json", {**self.summary(), "config": self.config})
-        return path
+    fixed: HelixFit | None = None
+    faithful: HelixFit | None = None
 
-    @classmethod
-    def load(cls, path) -> "HelixFit":
-        from interplab.core.io import read_arrays, read_json
+    def __getitem__(self, mode: str) -> HelixFit:
+        fit = getattr(self, mode, None) if mode in HELIX_MODES else None
+        if fit is None:
+            raise KeyError(mode)
+        return fit
 
-        path = Path(path)
-        if not (path / "helix.json").exists():
-            raise DataError(f"{path} holds no helix.json; save one with HelixFit.save(dir)")
-        a = read_arrays(path / "helix.safetensors")
-        s = read_json(path / "helix.json")
-        return cls(mode=s["mode"], n_rot=s["n_rot"], r=s["r"], r_var=s["r_var"], mean_r2_cs=s["mean_r2_cs"],
-                   mse=s["mse"], config=s.get("config", {}), **a)
+    def __iter__(self):
+        return (m for m in HELIX_MODES if getattr(self, m) is not None)
+
+    def __len__(self) -> int:
+        return sum(getattr(self, m) is not None for m in HELIX_MODES)
 
 
 def fit_helix(trajectory, config: HelixConfig | None = None, **overrides) -> HelixFit:
     """Fit a helix to a steering trajectory [K, d] (rows in order of norm budget). See the module docstring."""
-    from dataclasses import asdict, replace
+    from dataclasses import replace
 
     cfg = config or HelixConfig()
     if overrides:
@@ -195,27 +194,39 @@ def fit_helix(trajectory, config: HelixConfig | None = None, **overrides) -> Hel
         raise InputError(f"a helix fit needs at least 6 trajectory points, got {X.shape[0]}")
     if not np.all(np.isfinite(X)):
         raise DataError("trajectory contains NaN/inf")
-    K = X.shape[0]
     mean, comps, Z, ev = _pca(X, cfg.k)
+    fit = _fit_faithful_grid if cfg.mode == "faithful" else _fit_fixed_scan
+    return fit(Z, cfg, pca_mean=mean, components=comps, explained=ev)
 
-    if cfg.mode == "faithful":
-        ns = np.round(np.arange(cfg.n_min, cfg.n_max + 1e-9, 0.1), 10)
-        best = None
-        scan = []
-        for n in ns:                      # tiny grid (7 × 10 × 6): a loop is clearer than a tensor here
-            best_n = math.inf
-            for r in cfg.r_grid:
-                for rv in cfg.r_var_grid:
-                    coef, b, r2, mse = _fit_faithful(Z, helix_targets(K, n, r, rv))
-                    best_n = min(best_n, mse)
-                    if best is None or mse < best[0] - 1e-15:
-                        best = (mse, n, r, rv, coef, b, r2)
-            scan.append(best_n)
-        mse, n, r, rv, coef, b, r2 = best
-        return HelixFit(mode="faithful", n_rot=float(n), r=float(r), r_var=float(rv), r2=r2,
-                        mean_r2_cs=float(np.mean(r2[1:])), mse=mse, coef=coef, intercept=b, pca_mean=mean,
-                        components=comps, Z=Z, explained=ev, scan_n=ns, scan_score=np.asarray(scan),
-                        config=asdict(cfg))
+
+def _fit_faithful_grid(Z: np.ndarray, cfg: HelixConfig, **pca) -> HelixFit:
+    """The repo's grid: minimum MSE over (n, r, r_var), no intercept."""
+    from dataclasses import asdict
+
+    K = Z.shape[0]
+    ns = np.round(np.arange(cfg.n_min, cfg.n_max + 1e-9, 0.1), 10)
+    best = None
+    scan = []
+    for n in ns:                      # tiny grid (7 × 10 × 6): a loop is clearer than a tensor here
+        best_n = math.inf
+        for r in cfg.r_grid:
+            for rv in cfg.r_var_grid:
+                coef, b, r2, mse = _fit_faithful(Z, helix_targets(K, n, r, rv))
+                best_n = min(best_n, mse)
+                if best is None or mse < best[0] - 1e-15:
+                    best = (mse, n, r, rv, coef, b, r2)
+        scan.append(best_n)
+    mse, n, r, rv, coef, b, r2 = best
+    return HelixFit(mode="faithful", n_rot=float(n), r=float(r), r_var=float(rv), r2=r2,
+                    mean_r2_cs=float(np.mean(r2[1:])), mse=mse, coef=coef, intercept=b, Z=Z, scan_n=ns,
+                    scan_score=np.asarray(scan), config=asdict(cfg), **pca)
+
+
+def _fit_fixed_scan(Z: np.ndarray, cfg: HelixConfig, **pca) -> HelixFit:
+    """Maximise mean R²(cos, sin) over n (grid scan, then golden-section refinement) and the r_var/r grid."""
+    from dataclasses import asdict
+
+    K = Z.shape[0]
 
     def objective(n: float, q: float) -> float:
         _, _, r2, _ = _fit_fixed(Z, helix_targets(K, n, 1.0, q))
@@ -245,8 +256,8 @@ def fit_helix(trajectory, config: HelixConfig | None = None, **overrides) -> Hel
         n_best = float(ns[ni])
     coef, b, r2, mse = _fit_fixed(Z, helix_targets(K, n_best, 1.0, q))
     return HelixFit(mode="fixed", n_rot=float(n_best), r=1.0, r_var=q, r2=r2, mean_r2_cs=float(np.mean(r2[1:])),
-                    mse=mse, coef=coef, intercept=b, pca_mean=mean, components=comps, Z=Z, explained=ev,
-                    scan_n=ns, scan_score=grid[qi], config=asdict(cfg))
+                    mse=mse, coef=coef, intercept=b, Z=Z, scan_n=ns, scan_score=grid[qi], config=asdict(cfg),
+                    **pca)
 
 
 def planted_helix(K: int = 30, n_rot: float = 1.0, *, d: int = 64, r: float = 1.0, r_var: float = 0.0,
@@ -265,6 +276,3 @@ def planted_line(K: int = 30, *, d: int = 64, dist: float = 3.0, noise: float = 
     u /= np.linalg.norm(u)
     w = np.linspace(0.1, 3.0, K)
     return (w * dist)[:, None] * u[None] + noise * rng.standard_normal((K, d))
-
-
-__all__ = ["HelixConfig", "HelixFit", "fit_helix", "helix_targets", "planted_helix", "planted_line", "HELIX_MODES"]

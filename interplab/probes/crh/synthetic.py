@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from interplab.core.errors import ConfigError, ShapeError
+from interplab.probes.crh.cylinder import fit_cylinder
+from interplab.probes.crh.sectors import (PenaltyMap, SectorMap, penalty_grid, penalty_vector, sector_angles,
+                                          sector_vectors)
 
 SECTOR_MODES = ("shared", "tied", "independent")
 
@@ -194,8 +197,6 @@ def synthetic_sector_map(organism: PlantedCylinder, cylinder=None, *, gamma_deg:
                          strengths=None):
     """Sector scan against the oracle: fit the cylinder on `organism.train` (unless given), steer every test sample
     with v(L, γ, β) for all bins and strengths, label with the oracle. Returns (SectorMap, Cylinder)."""
-    from interplab.probes.crh_geometry import SectorMap, fit_cylinder, sector_angles, sector_vectors
-
     cyl = cylinder if cylinder is not None else fit_cylinder(organism.train, seed=organism.config.seed)
     L = np.linspace(6.0 / 25, 6.0, 25) if strengths is None else np.asarray(strengths, np.float64)
     V = sector_vectors(cyl, gamma_deg=gamma_deg, n_bins=n_bins, strengths=L)          # [K, B, d]
@@ -207,8 +208,6 @@ def synthetic_sector_map(organism: PlantedCylinder, cylinder=None, *, gamma_deg:
 
 def synthetic_penalty_map(organism: PlantedCylinder, cylinder=None, *, strengths=None, ps=None):
     """Penalty scan against the oracle: v_i(L, p) from each test sample's own diff vector. Returns PenaltyMap."""
-    from interplab.probes.crh_geometry import PenaltyMap, fit_cylinder, penalty_grid, penalty_vector
-
     cyl = cylinder if cylinder is not None else fit_cylinder(organism.train, seed=organism.config.seed)
     L = np.linspace(6.0 / 25, 6.0, 25) if strengths is None else np.asarray(strengths, np.float64)
     P = penalty_grid(20) if ps is None else np.asarray(ps, np.float64)
@@ -217,7 +216,3 @@ def synthetic_penalty_map(organism: PlantedCylinder, cylinder=None, *, strengths
     cos = organism.test @ cyl.axis / np.linalg.norm(organism.test, axis=1)
     return PenaltyMap(labels=np.transpose(lab, (2, 1, 0)), ps=P, strengths=L, cos_theta=cos,
                       config={"source": "planted-cylinder oracle", "seed": organism.config.seed})
-
-
-__all__ = ["PlantedCylinderConfig", "PlantedCylinder", "planted_cylinder", "synthetic_sector_map",
-           "synthetic_penalty_map", "SECTOR_MODES"]

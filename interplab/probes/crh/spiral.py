@@ -1,5 +1,5 @@
 """Spiral probe through a model: norm-constrained steering-vector optimisation (`optim_vecs`, spec methods/crh.md
-§2.4 steps 1-3) and the helix fit of the resulting trajectory (steps 4-5, `crh_helix.fit_helix`).
+§2.4 steps 1-3) and the helix fit of the resulting trajectory (steps 4-5, `helix.fit_helix`).
 
 `optimise_steering_vectors(model, prompt_ori, prompt_tgt, layer)`:
 
@@ -26,15 +26,22 @@ logits, so the read site does not enter. The steering vector is the only tensor 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from interplab.core.errors import ConfigError, DataError, InputError
-from interplab.probes.crh_helix import HelixConfig, HelixFit, fit_helix
+from interplab.core.result import Result
+from interplab.probes.crh.helix import HelixConfig, HelixFits, fit_helix
 
 DEFAULT_WS = tuple(np.round(np.arange(1, 31) * 0.1, 10))     # the repo's default sweep 0.1 … 3.0
+
+
+def budget_grid(w_min: float, w_max: float, w_step: float) -> np.ndarray:
+    """Norm budgets w = w_min, w_min + w_step, …, w_max (rounded to 10 decimals)."""
+    if not w_step > 0 or not w_max >= w_min >= 0:
+        raise ConfigError("need w_step > 0 and 0 ≤ w_min ≤ w_max")
+    return np.round(np.arange(w_min, w_max + w_step / 2, w_step), 10)
 
 
 def _prompt_ids(model, prompt, chat) -> list[int]:
@@ -67,7 +74,7 @@ def first_difference(ids_ori: Sequence[int], ids_tgt: Sequence[int]) -> int:
 
 
 @dataclass
-class SteeringVectors:
+class SteeringVectors(Result):
     """Result of `optimise_steering_vectors` (one prompt pair, one layer).
 
     vectors [n_w, d]: optimised vectors in w order; ws [n_w]; dist = ‖Δ‖; delta [d] = Δ; reference [n_w, d]: the
@@ -115,29 +122,6 @@ class SteeringVectors:
                 "p_dst0": self.p_dst0, "src_tokens": list(self.src_tokens), "dst_tokens": list(self.dst_tokens),
                 "loss_ids": list(self.loss_ids)}
 
-    def save(self, path) -> Path:
-        from interplab.core.io import write_arrays, write_json
-
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        write_arrays(path / "steering_vectors.safetensors", {k: np.asarray(getattr(self, k)) for k in (
-            "vectors", "ws", "delta", "reference", "losses", "p_src", "p_dst")})
-        write_json(path / "steering_vectors.json", {**self.summary(), "config": self.config})
-        return path
-
-    @classmethod
-    def load(cls, path) -> "SteeringVectors":
-        from interplab.core.io import read_arrays, read_json
-
-        path = Path(path)
-        if not (path / "steering_vectors.json").exists():
-            raise DataError(f"{path} holds no steering_vectors.json; save one with SteeringVectors.save(dir)")
-        a = read_arrays(path / "steering_vectors.safetensors")
-        s = read_json(path / "steering_vectors.json")
-        return cls(dist=s["dist"], t_star=s["t_star"], p_src0=s["p_src0"], p_dst0=s["p_dst0"],
-                   src_tokens=s["src_tokens"], dst_tokens=s["dst_tokens"], loss_ids=s["loss_ids"],
-                   config=s.get("config", {}), **a)
-
 
 def _token_list(x, name) -> list[int]:
     if isinstance(x, (int, np.integer)):
@@ -146,6 +130,46 @@ def _token_list(x, name) -> list[int]:
     if not out:
         raise InputError(f"{name} must name at least one token id")
     return out
+
+
+def _delta_at(model, ids_o: list[int], ids_tgt: list[int], site: str, t_star: int):
+    """Δ = site(tgt) − site(ori) at t* (float64 tensor) and dist = ‖Δ‖ > 0."""
+    import torch
+
+    with torch.no_grad():
+        res = model.run([ids_o, ids_tgt], capture=[site], logits=False)
+        acts = res.cache[site]                                       # equal lengths: no padding
+        delta = (acts[1, t_star] - acts[0, t_star]).double()
+    dist = float(delta.norm())
+    if not dist > 0:
+        raise DataError(f"Δ at {site}, position {t_star} is zero: block {site.split('.')[-1]} does not see the "
+                        "differing token yet (pick a later layer)")
+    return delta, dist
+
+
+def _loss_targets(model, ids_o: list[int], ids_t: list[int], src_tokens, dst_tokens, max_prefix: int):
+    """(loss_ids, src, dst): the sequence the loss is read on and the token ids pushed away from / towards
+    (see "Loss position" in the module docstring)."""
+    if (src_tokens is None) != (dst_tokens is None):
+        raise InputError("give both src_tokens and dst_tokens, or neither (then they are the diverging greedy tokens)")
+    if src_tokens is None:
+        g = model.generate([ids_o, ids_t], max_new_tokens=max_prefix + 1, stop_at_eos=False)
+        go, gt = g.new_tokens[0], g.new_tokens[1]
+        k = next((i for i, (a, b) in enumerate(zip(go, gt)) if a != b), None)
+        if k is None:
+            raise InputError(f"ori and tgt continue identically for {max_prefix + 1} greedy tokens; pass "
+                             "src_tokens/dst_tokens explicitly or raise max_prefix")
+        loss_ids = list(ids_o) + list(go[:k])
+        src, dst = [int(go[k])], [int(gt[k])]
+    else:
+        loss_ids = list(ids_o)
+        src, dst = _token_list(src_tokens, "src_tokens"), _token_list(dst_tokens, "dst_tokens")
+    bad = [t for t in src + dst if not 0 <= t < model.d_vocab]
+    if bad:
+        raise InputError(f"token ids {bad} out of range [0, {model.d_vocab})")
+    if set(src) & set(dst):
+        raise InputError(f"src and dst tokens overlap ({sorted(set(src) & set(dst))}): the loss would be degenerate")
+    return loss_ids, src, dst
 
 
 def optimise_steering_vectors(model, prompt_ori, prompt_tgt, layer: int, *, ws: Sequence[float] = DEFAULT_WS,
@@ -174,36 +198,9 @@ def optimise_steering_vectors(model, prompt_ori, prompt_tgt, layer: int, *, ws: 
     ids_o, ids_t = _prompt_ids(model, prompt_ori, chat), _prompt_ids(model, prompt_tgt, chat)
     t_star = first_difference(ids_o, ids_t)
 
-    with torch.no_grad():
-        res = model.run([ids_o, ids_t], capture=[site], logits=False)
-        acts = res.cache[site]                                       # equal lengths: no padding
-        delta = (acts[1, t_star] - acts[0, t_star]).double()
-    dist = float(delta.norm())
-    if not dist > 0:
-        raise DataError(f"Δ at {site}, position {t_star} is zero: block {L} does not see the differing token yet "
-                        "(pick a later layer)")
+    delta, dist = _delta_at(model, ids_o, ids_t, site, t_star)
     u = delta / dist
-
-    # loss position and tokens
-    if (src_tokens is None) != (dst_tokens is None):
-        raise InputError("give both src_tokens and dst_tokens, or neither (then they are the diverging greedy tokens)")
-    if src_tokens is None:
-        g = model.generate([ids_o, ids_t], max_new_tokens=max_prefix + 1, stop_at_eos=False)
-        go, gt = g.new_tokens[0], g.new_tokens[1]
-        k = next((i for i, (a, b) in enumerate(zip(go, gt)) if a != b), None)
-        if k is None:
-            raise InputError(f"ori and tgt continue identically for {max_prefix + 1} greedy tokens; pass "
-                             "src_tokens/dst_tokens explicitly or raise max_prefix")
-        loss_ids = list(ids_o) + list(go[:k])
-        src, dst = [int(go[k])], [int(gt[k])]
-    else:
-        loss_ids = list(ids_o)
-        src, dst = _token_list(src_tokens, "src_tokens"), _token_list(dst_tokens, "dst_tokens")
-    bad = [t for t in src + dst if not 0 <= t < model.d_vocab]
-    if bad:
-        raise InputError(f"token ids {bad} out of range [0, {model.d_vocab})")
-    if set(src) & set(dst):
-        raise InputError(f"src and dst tokens overlap ({sorted(set(src) & set(dst))}): the loss would be degenerate")
+    loss_ids, src, dst = _loss_targets(model, ids_o, ids_t, src_tokens, dst_tokens, max_prefix)
 
     n_w = ws_arr.size
     dtype = model.dtype if model.dtype in (torch.float32, torch.float64) else torch.float32
@@ -256,16 +253,16 @@ def optimise_steering_vectors(model, prompt_ori, prompt_tgt, layer: int, *, ws: 
 
 
 @dataclass
-class SpiralProbe:
+class SpiralProbe(Result):
     """One prompt pair's spiral probe: the optimised `SteeringVectors` and a `HelixFit` per mode
     ('fixed' and/or 'faithful'), plus two controls fitted the same way: the LRH reference line w·dist·Δ̂
     (`reference_fits`) and the trajectory flattened onto its own top-2 PCs (`planar_fits`: a planar curve cannot
     turn about an axis, so a helix fit to it that is as good as `fits` means the "helix" is only a bend)."""
 
     vectors: SteeringVectors
-    fits: dict
-    reference_fits: dict
-    planar_fits: dict = field(default_factory=dict)
+    fits: HelixFits
+    reference_fits: HelixFits
+    planar_fits: HelixFits = field(default_factory=HelixFits)
 
     def summary(self) -> dict:
         return {"vectors": self.vectors.summary(), "fits": {k: v.summary() for k, v in self.fits.items()},
@@ -274,26 +271,6 @@ class SpiralProbe:
 
     def to_frame(self):
         return self.vectors.to_frame()
-
-    def save(self, path) -> Path:
-        path = Path(path)
-        self.vectors.save(path / "vectors")
-        for k, v in self.fits.items():
-            v.save(path / f"helix_{k}")
-        for k, v in self.reference_fits.items():
-            v.save(path / f"reference_helix_{k}")
-        for k, v in self.planar_fits.items():
-            v.save(path / f"planar_helix_{k}")
-        return path
-
-    @classmethod
-    def load(cls, path) -> "SpiralProbe":
-        path = Path(path)
-        vec = SteeringVectors.load(path / "vectors")
-        fits = {p.name[len("helix_"):]: HelixFit.load(p) for p in sorted(path.glob("helix_*"))}
-        ref = {p.name[len("reference_helix_"):]: HelixFit.load(p) for p in sorted(path.glob("reference_helix_*"))}
-        planar = {p.name[len("planar_helix_"):]: HelixFit.load(p) for p in sorted(path.glob("planar_helix_*"))}
-        return cls(vectors=vec, fits=fits, reference_fits=ref, planar_fits=planar)
 
 
 def spiral_probe(model, prompt_ori, prompt_tgt, layer: int, *, modes: Sequence[str] = ("fixed", "faithful"),
@@ -316,8 +293,5 @@ def spiral_probe(model, prompt_ori, prompt_tgt, layer: int, *, modes: Sequence[s
         fits[mode] = fit_helix(X, cfg)
         ref[mode] = fit_helix(sv.reference[keep], cfg)
         flat[mode] = fit_helix(planar, cfg)
-    return SpiralProbe(vectors=sv, fits=fits, reference_fits=ref, planar_fits=flat)
-
-
-__all__ = ["optimise_steering_vectors", "spiral_probe", "SteeringVectors", "SpiralProbe", "first_difference",
-           "DEFAULT_WS"]
+    return SpiralProbe(vectors=sv, fits=HelixFits(**fits), reference_fits=HelixFits(**ref),
+                       planar_fits=HelixFits(**flat))

@@ -123,13 +123,6 @@ class SpecialTokenSteering(Result):
     mean_norm: float
 
 
-def _top_im_start_feature(model: Any, stats: FeatureStats) -> int:
-    im_start = model.tokenizer.convert_tokens_to_ids("<|im_start|>")
-    ids = list(map(int, stats.special_ids))
-    si = ids.index(im_start) if im_start in ids else int(stats.special_counts.argmax())
-    return int(stats.special_scores[si].argmax())
-
-
 def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: str, stats: FeatureStats | None = None,
                            alphas_rel=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0), n_prompts: int = 24, positions: str = "all",
                            max_new_tokens: int = 12, feature: int = -1) -> SpecialTokenSteering:
@@ -145,7 +138,10 @@ def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: st
     if feature < 0:
         if stats is None:
             stats = feature_statistics(model, sae_dir, data.eval, k=5, site=site)
-        feature = _top_im_start_feature(model, stats)
+        im_start = model.tokenizer.convert_tokens_to_ids("<|im_start|>")
+        ids = list(map(int, stats.special_ids))
+        si = ids.index(im_start) if im_start in ids else int(stats.special_counts.argmax())
+        feature = int(stats.special_scores[si].argmax())
     norms = torch.cat([c.acts.norm(dim=-1) for c in
                        fast_provider(model, data.eval[:32], site=site, shuffle=False).iter_chunks()])
     mean_norm = float(norms.mean())

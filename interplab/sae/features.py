@@ -129,6 +129,29 @@ def logit_effects(sae: Any, W_U: torch.Tensor, n: int = 10) -> tuple[torch.Tenso
     return ti, tv, bi, -bv
 
 
+def _top_traces(model: Any, sae_obj: Any, samples: list, top_s: torch.Tensor, top_v: torch.Tensor, site: str,
+                micro_batch: int) -> torch.Tensor:
+    """[F, k, Lmax] per-token activations over each top context: a second pass over the unique top samples only."""
+    from interplab.sae.providers import fast_provider
+
+    F, k = top_s.shape
+    Lmax = max(len(s) for s in samples)
+    traces = torch.full((F, k, Lmax), float("nan"))
+    valid = (top_s >= 0) & (top_v > 0)
+    uniq = sorted(set(top_s[valid].tolist()))
+    if uniq:
+        sub = fast_provider(model, [samples[i] for i in uniq], site=site, truncate=None, micro_batch=micro_batch,
+                            shuffle=False)
+        with torch.no_grad():
+            for ch in sub.iter_chunks():
+                s_global = uniq[int(ch.sample[0])]
+                f = sae_obj.encode(ch.acts.to(sae_obj.W_dec.device, sae_obj.W_dec.dtype)).float().cpu()  # [L, F]
+                where = (top_s == s_global) & valid  # [F, k]
+                fi, ji = where.nonzero(as_tuple=True)
+                traces[fi, ji, :f.shape[0]] = f[:, fi].T
+    return traces
+
+
 def feature_statistics(model: Any, sae: Any, samples: Sequence[Any], config: FeatureStatsConfig | None = None,
                        progress=None, **kw: Any) -> FeatureStats:
     """Compute `FeatureStats` of an SAE (object or SAELens directory) over dialogues / texts, one per forward."""
@@ -193,21 +216,7 @@ def feature_statistics(model: Any, sae: Any, samples: Sequence[Any], config: Fea
             done += 1
             if progress is not None:
                 progress(done, N)
-    # traces of the top contexts (second pass over the unique top samples only)
-    Lmax = max(len(s) for s in prov.samples)
-    traces = torch.full((F, k, Lmax), float("nan"))
-    valid = (top_s >= 0) & (top_v > 0)
-    uniq = sorted(set(top_s[valid].tolist()))
-    if uniq:
-        sub = fast_provider(model, [prov.samples[i] for i in uniq], site=site, truncate=None,
-                            micro_batch=cfg.micro_batch, shuffle=False)
-        with torch.no_grad():
-            for ch in sub.iter_chunks():
-                s_global = uniq[int(ch.sample[0])]
-                f = sae_obj.encode(ch.acts.to(sae_obj.W_dec.device, sae_obj.W_dec.dtype)).float().cpu()  # [L, F]
-                where = (top_s == s_global) & valid  # [F, k]
-                fi, ji = where.nonzero(as_tuple=True)
-                traces[fi, ji, :f.shape[0]] = f[:, fi].T
+    traces = _top_traces(model, sae_obj, prov.samples, top_s, top_v, site, cfg.micro_batch)
     ti, tv, bi, bv = logit_effects(sae_obj, model.unembedding()[0], cfg.n_logit_tokens)
     tok = model.tokenizer
     ids_needed = set(int(t) for s in prov.samples for t in s) | set(ti.flatten().tolist()) | set(bi.flatten().tolist()) | set(special)

@@ -23,24 +23,18 @@ from interplab.probes.hyperfit.temperature import (PerPositionTemperature, Tempe
                                                    per_position_temperature_from_logits)
 
 __all__ = [
-    # layer geometry
     "participation_ratio", "effective_rank", "pr_from_spectrum", "erank_from_spectrum", "covariance_spectrum",
     "twonn_dimension", "CovarianceAccumulator", "PairedStatsAccumulator", "LayerGeometryConfig", "LayerGeometryResult",
     "compute_layer_geometry", "layer_geometry", "GeometryReportConfig", "GeometryReport", "geometry_report",
-    # inputs
     "heldout_texts", "tokenize_texts", "teacher_forced_logits", "context_prompts", "generate_continuations",
-    # temperature control
     "entropy", "entropy_curve", "matched_temperature_from_logits", "per_position_temperature_from_logits",
     "entropy_matched_temperature", "match_temperature", "TemperatureMatch", "per_position_matched_temperature",
     "PerPositionTemperature",
-    # ranks
     "token_ranks", "full_ranks", "kendall_tau_b", "topk_kendall_tau", "rank_bins", "RANK_BINS",
     "TeacherForcedComparison", "compare_teacher_forced", "static_delta", "logit_lens", "base_ranks_of",
     "RankReorderingConfig", "RankReorderingResult", "rank_reordering",
-    # generation metrics
     "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "is_loop", "loop_rate", "generation_metrics",
     "GenerationMetricsConfig", "metrics_table", "words",
-    # the table and the k sweep
     "EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary", "KSweepConfig", "KSweepResult",
     "k_sweep",
 ]

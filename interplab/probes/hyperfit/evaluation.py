@@ -17,10 +17,7 @@ from interplab.probes.hyperfit.ranks import base_ranks_of, compare_teacher_force
 from interplab.probes.hyperfit.temperature import (TemperatureMatch, entropy, match_temperature,
                                                    per_position_matched_temperature)
 
-__all__ = ["EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary", "METRIC_COLUMNS"]
-
-METRIC_COLUMNS = ("ttr", "rep2", "rep3", "rep4", "diversity", "distinct2", "distinct3", "self_bleu4", "loop_rate",
-                  "word_ttr", "word_rep2", "word_rep3")
+__all__ = ["EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary"]
 
 
 def teacher_forced_summary(base, texts, *, transform=None, target=None, batch_size: int = 16,

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from interplab.probes.geometry import CovarianceAccumulator, pr_from_spectrum
+from interplab.probes.hyperfit import CovarianceAccumulator, pr_from_spectrum
 
 
 def _status_kb(key: str) -> int:

@@ -44,9 +44,9 @@ def load_model(tmp: Path):
 
 
 def dialogues_for(model, n: int, seed: int = 0):
-    from interplab.experiments.sae import experiment_data
+    from interplab.sae import sae_data
 
-    return experiment_data(model, n, 4, 4, seed)["train"]
+    return sae_data(model, n, 4, 4, seed).train
 
 
 def bench_harvest(model, dialogues, site: str, micro_batch: int) -> str:
@@ -77,8 +77,7 @@ def bench_train(model, dialogues, site: str, steps: int, batch: int, context: in
     from sae_lens import (JumpReLUTrainingSAEConfig, LanguageModelSAERunnerConfig, LanguageModelSAETrainingRunner,
                           LoggingConfig)
 
-    from interplab.sae import train_sae
-    from interplab.sae._util import site_to_hook_name
+    from interplab.sae import site_to_hook_name, train_sae
 
     d = model.d_model
     d_sae = expansion * d

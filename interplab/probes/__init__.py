@@ -32,11 +32,10 @@ _export("decodeshare.subspaces", "orthonormalize", "principal_angles", "subspace
         "variance_matched_control", "energy_pool", "alpha_matched_control", "k_matched_control", "steering_overlap",
         "repair_vector")
 
-_export("geometry", "participation_ratio", "effective_rank", "CovarianceAccumulator", "layer_geometry",
-        "compute_layer_geometry", "LayerGeometryResult")
-_export("hyperfit", "entropy_matched_temperature", "match_temperature", "per_position_matched_temperature",
-        "rank_reordering", "RankReorderingResult", "compare_teacher_forced", "static_delta")
-_export("genmetrics", "generation_metrics", "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "loop_rate")
+_export("hyperfit", "participation_ratio", "effective_rank", "CovarianceAccumulator", "layer_geometry",
+        "compute_layer_geometry", "LayerGeometryResult", "entropy_matched_temperature", "match_temperature",
+        "per_position_matched_temperature", "rank_reordering", "RankReorderingResult", "compare_teacher_forced",
+        "static_delta", "generation_metrics", "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "loop_rate")
 
 _export("truth", "truth_scores", "TruthScores", "TruthScoresConfig", "truth_scores_from_activations",
         "evidence_attention", "lineage_correlation", "lineage_table", "correlation_matrix", "load_released_maps",

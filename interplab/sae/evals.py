@@ -171,9 +171,9 @@ def _positions(positions: Any) -> tuple[str, ...]:
 
 def response_masks(model: Any, dialogues: Sequence[Any], truncate: int | None = 8192) -> list[torch.Tensor]:
     """One bool tensor per dialogue, aligned with the FAST provider's token ids (`chat_ids`, truncated like it):
-    True at assistant-answer tokens (`interplab.sae._util.assistant_token_mask`: every assistant turn's content and
+    True at assistant-answer tokens (`interplab.sae.chat.assistant_token_mask`: every assistant turn's content and
     its closing `<|im_end|>`; not the `<|im_start|> assistant` header). Needs dialogues, not texts or token ids."""
-    from interplab.sae._util import assistant_token_mask, is_dialogue
+    from interplab.sae.chat import assistant_token_mask, is_dialogue
 
     out = []
     for i, d in enumerate(dialogues):
@@ -206,7 +206,8 @@ def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | 
       averaged over dialogues with at least one answer token. Needs dialogues.
     * "both" or ["all", "response"]: both sets side by side (the same forwards; no extra cost).
     Anything else raises ConfigError naming the valid choices."""
-    from interplab.sae._util import load_sae, sae_site, special_token_ids as _special
+    from interplab.sae.chat import special_token_ids as _special
+    from interplab.sae.sites import load_sae, sae_site
     from interplab.sae.providers import fast_provider
 
     pos = _positions(positions)

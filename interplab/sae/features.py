@@ -4,20 +4,21 @@ contexts never contain another sample's tokens (no packing leakage; SAEDashboard
 One streaming pass over the samples keeps, per feature: activation frequency (density), max and mean activation,
 the top-k samples by per-sample max activation (paper App. E: "top-5 sentences by max activation"), and a histogram
 of log10(activation) over active tokens (fixed edges, so no second pass is needed). A second pass re-runs only the
-unique top samples to store each top context's per-token activation trace. Logit effects are W_dec @ W_U^T (the
+unique top samples to store each top context's per-token activation trace. Logit effects are W_dec @ W_U (the
 final norm is not applied: a direction-level approximation, as in sae-dashboard). Special-token ranking follows
 the paper's App. F: for each special token id and feature, the per-sample max activation over that token's
 positions, averaged over the samples containing the token."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from interplab.core.errors import ConfigError, InputError
+from interplab.core.errors import ConfigError, InputError, ShapeError
+from interplab.core.result import Result
 
 
 @dataclass
@@ -39,7 +40,7 @@ class FeatureStatsConfig:
 
 
 @dataclass
-class FeatureStats:
+class FeatureStats(Result):
     """Per-feature statistics of one SAE on one set of samples. Arrays are numpy, first axis = feature."""
 
     config: FeatureStatsConfig
@@ -65,6 +66,10 @@ class FeatureStats:
     sae_path: str | None = None
     model_name: str | None = None
     site: str | None = None
+
+    def __post_init__(self):
+        # token ids come back from JSON as strings
+        self.token_strs = {int(k): v for k, v in self.token_strs.items()}
 
     @property
     def d_sae(self) -> int:
@@ -112,62 +117,45 @@ class FeatureStats:
                         "acts": [float(a) for a in acts]})
         return out
 
-    _ARRAYS = ("density", "max_act", "mean_act", "top_values", "top_samples", "top_positions", "top_traces",
-               "hist_counts", "hist_edges", "logit_top_ids", "logit_top_vals", "logit_bottom_ids",
-               "logit_bottom_vals", "special_ids", "special_scores", "special_counts")
-
-    def save(self, d: str | Path) -> Path:
-        from interplab.core.io import write_arrays, write_json
-
-        d = Path(d)
-        write_arrays(d / "feature_stats.safetensors", {k: np.ascontiguousarray(getattr(self, k)) for k in self._ARRAYS})
-        write_json(d / "feature_stats.json", {
-            "config": asdict(self.config), "samples": self.samples,
-            "token_strs": {str(k): v for k, v in self.token_strs.items()}, "n_tokens": self.n_tokens,
-            "sae_path": self.sae_path, "model_name": self.model_name, "site": self.site})
-        return d
-
-    @classmethod
-    def load(cls, d: str | Path) -> "FeatureStats":
-        from interplab.core.io import read_arrays, read_json
-
-        d = Path(d)
-        arr = read_arrays(d / "feature_stats.safetensors")
-        meta = read_json(d / "feature_stats.json")
-        cfg = meta["config"]
-        if cfg.get("special_token_ids") is not None:
-            cfg["special_token_ids"] = tuple(cfg["special_token_ids"])
-        return cls(config=FeatureStatsConfig(**cfg), **{k: arr[k] for k in cls._ARRAYS},
-                   samples=meta["samples"], token_strs={int(k): v for k, v in meta["token_strs"].items()},
-                   n_tokens=meta["n_tokens"], sae_path=meta.get("sae_path"), model_name=meta.get("model_name"),
-                   site=meta.get("site"))
-
 
 def logit_effects(sae: Any, W_U: torch.Tensor, n: int = 10) -> tuple[torch.Tensor, ...]:
-    """(top_ids, top_vals, bottom_ids, bottom_vals), each [F, n], of W_dec @ W_U^T. W_U: [V, d] (HF layout)."""
-    if W_U.ndim != 2 or W_U.shape[1] != sae.cfg.d_in:
-        from interplab.core.errors import ShapeError
-        raise ShapeError(f"W_U must be [V, {sae.cfg.d_in}], got {tuple(W_U.shape)}")
-    eff = sae.W_dec.detach().float() @ W_U.detach().float().T.to(sae.W_dec.device)
+    """(top_ids, top_vals, bottom_ids, bottom_vals), each [F, n], of W_dec @ W_U. W_U: [d, V] (`model.unembedding()`)."""
+    if W_U.ndim != 2 or W_U.shape[0] != sae.cfg.d_in:
+        raise ShapeError(f"W_U must be [{sae.cfg.d_in}, V], got {tuple(W_U.shape)}")
+    eff = sae.W_dec.detach().float() @ W_U.detach().float().to(sae.W_dec.device)
     n = min(n, eff.shape[1])
     tv, ti = eff.topk(n, dim=1)
     bv, bi = (-eff).topk(n, dim=1)
     return ti, tv, bi, -bv
 
 
-def unembedding(model: Any) -> torch.Tensor:
-    """The model's unembedding matrix [V, d] (HF output embeddings)."""
-    hf = model.hf_model
-    emb = hf.get_output_embeddings() if hasattr(hf, "get_output_embeddings") else None
-    if emb is None:
-        raise InputError("the model has no output embeddings to compute logit effects from")
-    return emb.weight.detach()
+def _top_traces(model: Any, sae_obj: Any, samples: list, top_s: torch.Tensor, top_v: torch.Tensor, site: str,
+                micro_batch: int) -> torch.Tensor:
+    """[F, k, Lmax] per-token activations over each top context: a second pass over the unique top samples only."""
+    from interplab.sae.providers import fast_provider
+
+    F, k = top_s.shape
+    Lmax = max(len(s) for s in samples)
+    traces = torch.full((F, k, Lmax), float("nan"))
+    valid = (top_s >= 0) & (top_v > 0)
+    uniq = sorted(set(top_s[valid].tolist()))
+    if uniq:
+        sub = fast_provider(model, [samples[i] for i in uniq], site=site, truncate=None, micro_batch=micro_batch,
+                            shuffle=False)
+        with torch.no_grad():
+            for ch in sub.iter_chunks():
+                s_global = uniq[int(ch.sample[0])]
+                f = sae_obj.encode(ch.acts.to(sae_obj.W_dec.device, sae_obj.W_dec.dtype)).float().cpu()  # [L, F]
+                where = (top_s == s_global) & valid  # [F, k]
+                fi, ji = where.nonzero(as_tuple=True)
+                traces[fi, ji, :f.shape[0]] = f[:, fi].T
+    return traces
 
 
 def feature_statistics(model: Any, sae: Any, samples: Sequence[Any], config: FeatureStatsConfig | None = None,
                        progress=None, **kw: Any) -> FeatureStats:
     """Compute `FeatureStats` of an SAE (object or SAELens directory) over dialogues / texts, one per forward."""
-    from interplab.sae._util import load_sae, sae_site
+    from interplab.sae.sites import load_sae, sae_site
     from interplab.sae.providers import fast_provider
     from interplab.sae.steering import template_token_ids
 
@@ -228,22 +216,8 @@ def feature_statistics(model: Any, sae: Any, samples: Sequence[Any], config: Fea
             done += 1
             if progress is not None:
                 progress(done, N)
-    # traces of the top contexts (second pass over the unique top samples only)
-    Lmax = max(len(s) for s in prov.samples)
-    traces = torch.full((F, k, Lmax), float("nan"))
-    valid = (top_s >= 0) & (top_v > 0)
-    uniq = sorted(set(top_s[valid].tolist()))
-    if uniq:
-        sub = fast_provider(model, [prov.samples[i] for i in uniq], site=site, truncate=None,
-                            micro_batch=cfg.micro_batch, shuffle=False)
-        with torch.no_grad():
-            for ch in sub.iter_chunks():
-                s_global = uniq[int(ch.sample[0])]
-                f = sae_obj.encode(ch.acts.to(sae_obj.W_dec.device, sae_obj.W_dec.dtype)).float().cpu()  # [L, F]
-                where = (top_s == s_global) & valid  # [F, k]
-                fi, ji = where.nonzero(as_tuple=True)
-                traces[fi, ji, :f.shape[0]] = f[:, fi].T
-    ti, tv, bi, bv = logit_effects(sae_obj, unembedding(model), cfg.n_logit_tokens)
+    traces = _top_traces(model, sae_obj, prov.samples, top_s, top_v, site, cfg.micro_batch)
+    ti, tv, bi, bv = logit_effects(sae_obj, model.unembedding()[0], cfg.n_logit_tokens)
     tok = model.tokenizer
     ids_needed = set(int(t) for s in prov.samples for t in s) | set(ti.flatten().tolist()) | set(bi.flatten().tolist()) | set(special)
     token_strs = {i: tok.convert_ids_to_tokens(i) for i in ids_needed}

@@ -19,7 +19,7 @@ import torch
 
 from interplab.core.errors import ConfigError, DataError, InputError
 from interplab.core.edit import Edit
-from interplab.sae._util import chat_ids, is_dialogue, text_ids
+from interplab.sae.chat import chat_ids, is_dialogue, text_ids
 
 
 @dataclass

@@ -6,7 +6,7 @@ this equals adding alpha on feature k at the SAE's post-activation with the erro
 (generated tokens only)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,13 +14,14 @@ import torch
 
 from interplab.core.errors import ConfigError, InputError, ShapeError
 from interplab.core.edit import PHASES, Edit
+from interplab.core.result import Result
 
 
 class SAESplice(Edit):
     """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real position."""
 
     def __init__(self, sae: Any, site: str | None = None, phases: Sequence[str] = PHASES):
-        from interplab.sae._util import load_sae, sae_site
+        from interplab.sae.sites import load_sae, sae_site
 
         self.sae = load_sae(sae)
         self.sites = (sae_site(self.sae, site),)
@@ -41,7 +42,7 @@ class SAESplice(Edit):
 
 def template_token_ids(tokenizer: Any) -> list[int]:
     """Chat-template tokens: special/added tokens plus single-token role names (system, user, assistant)."""
-    from interplab.sae._util import special_token_ids
+    from interplab.sae.chat import special_token_ids
 
     ids = set(special_token_ids(tokenizer))
     for role in ("system", "user", "assistant"):
@@ -63,7 +64,7 @@ class SAESteer(Edit):
     def __init__(self, sae: Any, feature: int, alpha: float, *, site: str | None = None, positions: str = "all",
                  prompt_ids: Sequence[Sequence[int]] | None = None, template_ids: Sequence[int] | None = None,
                  normalize: bool = False):
-        from interplab.sae._util import load_sae, sae_site
+        from interplab.sae.sites import load_sae, sae_site
 
         self.sae = load_sae(sae)
         d_sae = int(self.sae.cfg.d_sae)
@@ -135,7 +136,7 @@ class SteeringSweepConfig:
 
 
 @dataclass
-class SteeringSweepResult:
+class SteeringSweepResult(Result):
     """Generations of an alpha sweep. `rows`: one dict per (alpha, prompt) with the generated ids (`new_tokens`,
     as generated), the reply (`text`: decoded up to the first stop token — tokenizer EOS or a generation_config eos
     id such as <|im_end|>), the target feature's mean activation on the generated tokens (clean re-forward, no
@@ -156,33 +157,6 @@ class SteeringSweepResult:
         cols = [c for c in ("target_activation", "repeated_3gram_frac", "distinct_ratio", "reply_len", "exact_match")
                 if c in df.columns]
         return df.groupby("alpha")[cols].mean().reset_index()
-
-    def save(self, d: str | Path) -> Path:
-        from interplab.core.io import write_json, write_table
-
-        d = Path(d)
-        write_json(d / "steering_config.json", {"config": asdict(self.config), "sae_path": self.sae_path,
-                                                "model_name": self.model_name})
-        df = self.to_frame().copy()
-        if "new_tokens" in df:
-            df["new_tokens"] = df["new_tokens"].map(lambda x: " ".join(map(str, x)))
-        write_table(d / "steering_generations.csv", df)
-        return d
-
-    @classmethod
-    def load(cls, d: str | Path) -> "SteeringSweepResult":
-        from interplab.core.io import read_json, read_table
-
-        d = Path(d)
-        meta = read_json(d / "steering_config.json")
-        cfg = meta["config"]
-        cfg["alphas"] = tuple(cfg["alphas"])
-        df = read_table(d / "steering_generations.csv")
-        if "new_tokens" in df:
-            df["new_tokens"] = df["new_tokens"].fillna("").map(lambda s: [int(t) for t in str(s).split()])
-        if "text" in df:
-            df["text"] = df["text"].fillna("")
-        return cls(SteeringSweepConfig(**cfg), df.to_dict("records"), meta.get("sae_path"), meta.get("model_name"))
 
 
 def stop_token_ids(model: Any) -> set[int]:
@@ -218,7 +192,8 @@ def steering_sweep(model: Any, sae: Any, prompts: Sequence[Any], config: Steerin
     """Greedy generations for every alpha in the sweep, adding alpha * W_dec[feature] at the SAE's site.
 
     prompts: dialogues (rendered with the chat template and a generation prompt) or plain strings."""
-    from interplab.sae._util import chat_ids, is_dialogue, load_sae, sae_site
+    from interplab.sae.chat import chat_ids, is_dialogue
+    from interplab.sae.sites import load_sae, sae_site
 
     cfg = config or SteeringSweepConfig(**kw)
     sae_obj = load_sae(sae)

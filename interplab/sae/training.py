@@ -330,7 +330,8 @@ def _peek_rows(it: Iterator[torch.Tensor], n_rows: int) -> tuple[torch.Tensor, I
 
 
 def _metadata(sae, cfg: SAETrainConfig, provider: Any, model: Any) -> None:
-    from interplab.sae._util import chat_template_hash, site_to_hook_name
+    from interplab.sae.chat import chat_template_hash
+    from interplab.sae.sites import site_to_hook_name
 
     md = sae.cfg.metadata
     name = cfg.model_name or (getattr(model, "name", None) if model is not None else None)

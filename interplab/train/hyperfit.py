@@ -17,12 +17,13 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
 
-from interplab.core.errors import ConfigError, DataError, InputError
+from interplab.core.errors import ConfigError, InputError
+from interplab.core.result import Result
 
 __all__ = [
     "HyperfitConfig", "HyperfitResult", "hyperfit", "late_stage_lora", "full_lora", "early_stage_lora",
@@ -30,6 +31,7 @@ __all__ = [
     "tokenize_for_training",
 ]
 
+RESULT_DIR = "hyperfit"  # the saved HyperfitResult's folder inside a hyperfitted checkpoint
 _LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _GPT2_TARGETS = ("c_attn", "c_proj", "c_fc")
 
@@ -89,12 +91,13 @@ class HyperfitConfig:
 
 
 @dataclass
-class HyperfitResult:
+class HyperfitResult(Result):
     """What a hyperfitting run did.
 
     history: one row per epoch {epoch, train_loss, (val_loss, val_entropy, ttr)}; converged: the stop rule fired;
     epochs, steps, seconds; trainable_params / total_params; lora_layers (block indices with adapters; [] for full);
-    checkpoint: where the merged model was saved (None when not saved); parent: the source model's name or path."""
+    checkpoint: where the merged model was saved (None when not saved); parent: the source model's name or path.
+    `model` (not a field, never saved) is the trained (merged) HF model of the run that produced this result."""
 
     config: HyperfitConfig
     history: list[dict] = field(default_factory=list)
@@ -107,7 +110,7 @@ class HyperfitResult:
     lora_layers: list[int] = field(default_factory=list)
     checkpoint: str | None = None
     parent: str = ""
-    model: Any = field(default=None, repr=False, compare=False)  # the trained (merged) HF model, not saved
+    model: ClassVar[Any] = None
 
     @property
     def final_loss(self) -> float:
@@ -119,28 +122,7 @@ class HyperfitResult:
         return pd.DataFrame(self.history)
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k != "model"}
-        return d
-
-    def save(self, path) -> Path:
-        from interplab.core.io import write_json
-
-        return write_json(Path(path) / "hyperfit.json", self.to_dict())
-
-    @classmethod
-    def load(cls, path) -> "HyperfitResult":
-        from interplab.core.io import read_json
-
-        p = Path(path)
-        p = p if p.suffix == ".json" else p / "hyperfit.json"
-        if not p.exists():
-            raise DataError(f"{p} not found: was this directory written by hyperfit(..., out_dir=...)?")
-        d = read_json(p)
-        cfg = d.pop("config")
-        cfg["betas"] = tuple(cfg.get("betas", (0.9, 0.999)))
-        if cfg.get("target_modules") is not None:
-            cfg["target_modules"] = tuple(cfg["target_modules"])
-        return cls(config=HyperfitConfig(**cfg), **d)
+        return asdict(self)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -349,7 +331,8 @@ def hyperfit(model, texts: Sequence[str], *, stop_loss: float | None = None, max
     trained in place. texts: the training sequences (strings, or token-id lists), each truncated to `seq_len`.
     out_dir: when given, the merged model is saved there with `interplab.train.checkpoint.save_checkpoint` (an
     ordinary HF checkpoint: config.json, model.safetensors, tokenizer files, interplab_train.json, checksums) plus
-    `hyperfit.json` (config, history, parent); an existing directory is replaced only with `overwrite=True`.
+    the saved HyperfitResult in `hyperfit/` (config, history, parent); an existing directory is replaced only with
+    `overwrite=True`.
     stop_loss (default 0.05 nats), max_epochs (300), lr (1e-4), method ("full") and any other keyword argument set
     HyperfitConfig fields (batch_size, seq_len, lora_layers, lora_r, ...) over `config` (default HyperfitConfig())."""
     from interplab.train.trainer import TrainConfig, train
@@ -409,15 +392,15 @@ def hyperfit(model, texts: Sequence[str], *, stop_loss: float | None = None, max
         hf = hf.merge_and_unload()
     res = HyperfitResult(config=cfg, history=history, converged=converged, epochs=len(history),
                          steps=(history[-1]["step"] if history else 0), seconds=time.perf_counter() - t0,
-                         trainable_params=trainable, total_params=total_params, lora_layers=layers, parent=parent,
-                         model=hf)
+                         trainable_params=trainable, total_params=total_params, lora_layers=layers, parent=parent)
+    res.model = hf
     if out_dir is not None:
         from interplab.train.checkpoint import save_checkpoint
 
         out = save_checkpoint(hf, tok, out_dir, overwrite=overwrite, train_info={
             "kind": "hyperfit", "parent": parent, "hyperfit": res.to_dict() | {"checkpoint": None}})
         res.checkpoint = str(out)
-        res.save(out)
+        res.save(out / RESULT_DIR)
     return res
 
 

@@ -9,7 +9,7 @@ from scipy.stats import kendalltau
 
 from interplab.interventions.logit_bias import StaticLogitBias, SuppressTokens
 from interplab.probes import hyperfit as H
-from interplab.probes.geometry import compute_layer_geometry, layer_geometry
+from interplab.probes.hyperfit import compute_layer_geometry, layer_geometry
 
 
 def test_entropy_monotone_in_temperature_and_matches_reference():
@@ -160,8 +160,8 @@ def test_logit_lens_reproduces_logits(hf_pair):
     a, _, texts = hf_pair
     out = a.run(texts[:3], capture=[f"resid_post.{a.n_layers - 1}", "final_norm"])
     h = out.cache[f"resid_post.{a.n_layers - 1}"]
-    torch.testing.assert_close(H.final_norm_module(a)(h), out.cache["final_norm"], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(H.unembed(a, out.cache["final_norm"]), out.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.final_norm_module(h), out.cache["final_norm"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.unembed(out.cache["final_norm"]), out.logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(H.logit_lens(a, h), out.logits, atol=1e-5, rtol=1e-5)
 
 
@@ -178,7 +178,7 @@ def test_layer_geometry_self_and_pair(hf_pair, tmp_path):
     res = compute_layer_geometry(a, b, texts, batch_size=4)
     df = res.to_frame()
     # streaming with a different batch size (different padding) gives the same numbers as an explicit stack
-    from interplab.probes.geometry import participation_ratio
+    from interplab.probes.hyperfit import participation_ratio
     stack_a = []
     for t in texts:
         out = a.run([a.tokenizer(t)["input_ids"]], capture=["resid_post.1"], logits=False)

@@ -3,15 +3,15 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from interplab.experiments import hyperfit as E
 from interplab.figures import geometry as F
+from interplab.probes import hyperfit as E
 
 
 @pytest.fixture(scope="module")
 def eval_result(hf_pair):
     a, b, texts = hf_pair
-    cfg = E.HyperfitEvalConfig(n_prompts=4, context_tokens=8, new_tokens=8, seeds=2, alphas="0.1,0.5,2",
-                               static_k=10, tf_texts=6, batch_size=4)
+    cfg = E.EvalConfig(n_prompts=4, context_tokens=8, new_tokens=8, seeds=2, alphas=[0.1, 0.5, 2.0],
+                       static_k=10, tf_texts=6, batch_size=4)
     return E.evaluate_settings(a, {"target": b, "target2": b}, texts, cfg)
 
 
@@ -38,8 +38,8 @@ def test_eval_table(eval_result, tmp_path):
 
 def test_geometry_report(hf_pair):
     a, b, texts = hf_pair
-    cfg = E.GeometryConfig(n_prompts=3, context_tokens=8, new_tokens=6, batch_size=4, max_tokens=None)
-    df, main = E.geometry_report(a, {"t": b}, texts, cfg)
+    cfg = E.GeometryReportConfig(n_prompts=3, context_tokens=8, new_tokens=6, batch_size=4, max_tokens=None)
+    df = E.geometry_report(a, {"t": b}, texts, cfg).frame
     assert set(df["tokens"]) == {"teacher_forced", "generated"} and set(df["bos"]) == {True, False}
     assert len(df) == 3 * (a.n_layers + 1)
     gen = df[df["tokens"] == "generated"]
@@ -51,7 +51,7 @@ def test_k_sweep_tiny(hf_pair):
     seqs = [a.tokenizer(t)["input_ids"] for t in texts[:4]]
     cfg = E.KSweepConfig(max_epochs=2, budget_s=30, lora_r=2, lora_alpha=4, n_prompts=2, tf_texts=2, new_tokens=4,
                          batch_size=2, context_tokens=8)
-    df = E.k_sweep(a, seqs, texts, cfg)
+    df = E.k_sweep(a, seqs, texts, cfg).frame
     assert list(zip(df["placement"], df["k"])) == [("late", 1), ("late", 2), ("early", 1)]
     assert df.loc[df["placement"] == "late", "trainable_params"].is_monotonic_increasing
     assert df.loc[0, "layers"] == "1" and df.loc[2, "layers"] == "0"
@@ -60,8 +60,7 @@ def test_k_sweep_tiny(hf_pair):
 
 
 def test_figures_build(hf_pair, eval_result):
-    from interplab.probes.geometry import compute_layer_geometry
-    from interplab.probes.hyperfit import match_temperature, rank_reordering
+    from interplab.probes.hyperfit import compute_layer_geometry, match_temperature, rank_reordering
 
     a, b, texts = hf_pair
     g = compute_layer_geometry(a, b, texts)

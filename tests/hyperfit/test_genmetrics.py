@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from interplab.probes.genmetrics import (
+from interplab.probes.hyperfit.repetition import (
     distinct_n, diversity, generation_metrics, is_loop, loop_rate, metrics_table, rep_n, self_bleu, ttr, words,
 )
 

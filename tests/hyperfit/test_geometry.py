@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from interplab.core.errors import ShapeError
-from interplab.probes.geometry import (
+from interplab.probes.hyperfit.geometry import (
     CovarianceAccumulator, PairedStatsAccumulator, covariance_spectrum, effective_rank, erank_from_spectrum,
     participation_ratio, pr_from_spectrum, twonn_dimension,
 )

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from interplab.train.hyperfit import (
+    RESULT_DIR,
     HyperfitResult, apply_lora, count_trainable, expected_lora_params, hyperfit, late_stage_lora,
     lora_layer_indices, lora_target_modules,
 )
@@ -72,7 +73,7 @@ def test_toy_hyperfits_eight_sequences(tmp_path):
     assert res.final_loss < 0.05 and res.epochs <= 150
     assert res.trainable_params == res.total_params
     assert "val_loss" in res.history[-1]
-    back = HyperfitResult.load(tmp_path / "hf")
+    back = HyperfitResult.load(tmp_path / "hf" / RESULT_DIR)
     assert back.converged and back.epochs == res.epochs
     # the saved checkpoint loads through the hook layer and reproduces the training sequences greedily
     import interplab

@@ -46,7 +46,7 @@ def test_steering_alpha0_and_equivalence(llama, dialogues, identity_sae):
     """T9: alpha = 0 reproduces the unsteered greedy output; alpha * W_dec[k] at the site equals +alpha on
     feature k with the error term kept; T12: a non-zero edit changes the output."""
     from interplab.interventions import Edit
-    from interplab.sae._util import chat_ids
+    from interplab.sae import chat_ids
 
     import copy
 
@@ -96,7 +96,7 @@ def test_steering_sweep_saves_and_loads(llama, dialogues, identity_sae, tmp_path
                          max_new_tokens=4, site=SITE)
     df = res.to_frame()
     assert len(df) == 4 and set(df.alpha) == {0.0, 8.0}
-    from interplab.sae._util import chat_ids
+    from interplab.sae import chat_ids
 
     g0 = llama.generate([chat_ids(llama.tokenizer, dialogues[0][:-1], add_generation_prompt=True)], max_new_tokens=4)
     assert df[df.alpha == 0.0].iloc[0]["new_tokens"] == g0.new_tokens[0]
@@ -127,7 +127,7 @@ def test_train_on_model_and_evaluate(llama, dialogues, tmp_path, method):
 
 @torch.no_grad()
 def test_feature_statistics(llama, dialogues, identity_sae, tmp_path):
-    from interplab.sae.features import FeatureStats, feature_statistics, unembedding
+    from interplab.sae.features import FeatureStats, feature_statistics
 
     st = feature_statistics(llama, identity_sae, dialogues[:8], k=3, site=SITE)
     assert st.d_sae == 128 and st.top_values.shape == (128, 3)
@@ -148,8 +148,8 @@ def test_feature_statistics(llama, dialogues, identity_sae, tmp_path):
         assert c["token_ids"] == st.samples[c["sample"]]
         assert max(c["acts"]) == pytest.approx(c["max"], abs=1e-4)
         assert int(np.nanargmax(c["acts"])) == c["position"]
-    # logit effects = W_dec @ W_U^T
-    eff = identity_sae.W_dec.detach() @ unembedding(llama).T
+    # logit effects = W_dec @ W_U
+    eff = identity_sae.W_dec.detach() @ llama.unembedding()[0].float()
     assert np.array_equal(st.logit_top_ids[:, 0], eff.argmax(1).numpy())
     # special-token ranking: mean over samples containing the token of the per-sample max on that token
     t = llama.tokenizer.convert_tokens_to_ids("<|im_start|>")

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from interplab.core.errors import ConfigError, DataError, InputError
-from interplab.sae import evaluate_sae
-from interplab.sae._util import assistant_token_mask, chat_ids
+from interplab.sae import assistant_token_mask, chat_ids, evaluate_sae
 from interplab.sae.evals import kl_per_row, next_token_ce
 
 SITE = "resid_post.1"

@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interplab.sae import block_provider, fast_provider
-from interplab.sae._util import chat_ids
+from interplab.sae import block_provider, chat_ids, fast_provider
 from interplab.sae.providers import BlockDiagonalAttention, segment_ids
 
 SITE = "resid_post.1"

@@ -244,7 +244,7 @@ def test_legacy_5x_jumprelu_cfg_loads(tmp_path):
     from safetensors.torch import save_file
     from sae_lens import SAE
 
-    from interplab.sae._util import sae_site
+    from interplab.sae import sae_site
 
     d, f = 8, 16
     cfg = {"architecture": "jumprelu", "d_in": d, "d_sae": f, "dtype": "float32", "device": "cpu",

@@ -54,7 +54,7 @@ if (model_a.n_layers, model_a.d_model, model_a.d_vocab) != (model_b.n_layers, mo
 def _texts(custom_text: str, n: int) -> list[str]:
     if custom_text.strip():
         return [p.strip() for p in custom_text.split("\n\n") if p.strip()][:n]
-    from interplab.experiments.hyperfit import heldout_texts
+    from interplab.probes.hyperfit import heldout_texts
 
     return heldout_texts(n)
 
@@ -68,7 +68,7 @@ key = (state.normalize_name(name_a), state.normalize_name(name_b))
 
 @st.cache_data(max_entries=8, show_spinner="Measuring layer geometry...")
 def _geometry(k, texts, max_tokens, exclude_bos, _a=None, _b=None):
-    from interplab.probes.geometry import compute_layer_geometry
+    from interplab.probes.hyperfit import compute_layer_geometry
 
     return compute_layer_geometry(_a, _b, texts, exclude_bos=exclude_bos, max_tokens=max_tokens)
 
@@ -90,8 +90,7 @@ def _match(k, texts, max_tokens, _a=None, _b=None):
 
 @st.cache_data(max_entries=8, show_spinner="Generating...")
 def _generations(k, texts, n_prompts, new_tokens, context, T, seed, _a=None, _b=None):
-    from interplab.experiments.hyperfit import base_ranks_of
-    from interplab.probes.hyperfit import context_prompts, generate_continuations
+    from interplab.probes.hyperfit import base_ranks_of, context_prompts, generate_continuations
 
     prompts = context_prompts(_a, texts, context)[:n_prompts]
     out = {}
@@ -161,7 +160,7 @@ with right:
 
 prompts, gens = _generations(key, texts, int(n_prompts), int(new_tokens), int(context), float(T), int(seed),
                              _a=model_a, _b=model_b)
-from interplab.probes.genmetrics import metrics_table  # noqa: E402
+from interplab.probes.hyperfit import metrics_table  # noqa: E402
 
 table = metrics_table({k: (g, t) for k, (g, t, _) in gens.items()})
 table["gen_top1"] = [float((r == 1).mean()) for (_, _, r) in gens.values()]

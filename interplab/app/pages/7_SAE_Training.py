@@ -24,10 +24,10 @@ name, backend = model_picker("model")
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 
-from interplab.experiments.sae import METHOD_LABELS, experiment_data, metrics_row, train_one  # noqa: E402
 from interplab.core.io import read_json, write_json  # noqa: E402
 from interplab.results.runs import interplab_home  # noqa: E402
-from interplab.sae import ARCHITECTURES, load_train_info, load_training_log  # noqa: E402
+from interplab.sae import (ARCHITECTURES, METHOD_LABELS, load_train_info, load_training_log, metrics_row,  # noqa: E402
+                           sae_data, train_one)
 
 default_root = str(interplab_home() / "saes")
 root = Path(st.sidebar.text_input("SAE runs folder", value=st.session_state.get("sae_root", default_root),
@@ -37,7 +37,7 @@ st.session_state["sae_root"] = str(root)
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def _data(model_key: tuple, n_train: int, n_eval: int, _model=None):
-    return experiment_data(_model, n_train, n_eval, n_train, seed=0)
+    return sae_data(_model, n_train, n_eval, n_train, seed=0)
 
 
 def _runs(root: Path) -> list[Path]:
@@ -92,7 +92,7 @@ with tab_train:
                       steps=int(steps), batch_tokens=int(batch), lr=float(lr), expansion=int(expansion), mode=mode,
                       progress=progress, overwrite=True, **kw)
             bar.progress(1.0, text="evaluating on held-out dialogues...")
-            row = metrics_row(model, out, data["eval"], method=METHOD_LABELS[method], architecture=arch,
+            row = metrics_row(model, out, data.eval, method=METHOD_LABELS[method], architecture=arch,
                               run=run_name)
             write_json(out / "metrics.json", row)
             st.success(f"Saved `{out}` (SAELens format: `sae_lens.SAE.load_from_disk('{out}')`).")
@@ -167,9 +167,9 @@ with tab_gsnr:
                     m = "fast" if md.get("training_data_mode") == "fast_sequential" else (
                         "bt_p" if md.get("block_data") == "texts" else "bt_f")
                 if m == "fast":
-                    prov = fast_provider(model, data["train"], site=site, repeat=True)
+                    prov = fast_provider(model, data.train, site=site, repeat=True)
                 else:
-                    prov = block_provider(model, data["texts"] if m == "bt_p" else data["train"], site=site,
+                    prov = block_provider(model, data.texts if m == "bt_p" else data.train, site=site,
                                           context_size=int(info.get("context_size", 128)), repeat=True)
                 g = gsnr(sae, prov, n_batches=int(nb), batch_tokens=int(gb))
                 g["method"] = f"{nm} on {METHOD_LABELS.get(m, m)}"

@@ -21,13 +21,10 @@ name, backend = model_picker("model")
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 
-from interplab.experiments.sae import experiment_data  # noqa: E402
 from interplab.figures.sae import (context_html, feature_histogram_figure, logit_effects_figure,  # noqa: E402
                                    special_token_heatmap)
 from interplab.results.runs import interplab_home  # noqa: E402
-from interplab.sae import load_sae  # noqa: E402
-from interplab.sae._util import sae_site  # noqa: E402
-from interplab.sae.features import FeatureStats, feature_statistics  # noqa: E402
+from interplab.sae import FeatureStats, feature_statistics, load_sae, sae_data, sae_site, steering_sweep  # noqa: E402
 
 root = Path(st.session_state.get("sae_root", str(interplab_home() / "saes")))
 found = sorted([p for p in root.iterdir() if (p / "cfg.json").exists()], key=lambda p: p.stat().st_mtime,
@@ -80,11 +77,11 @@ if st.session_state.get("fb_key") != key:
     st.session_state.pop("fb_stats", None)
 if st.button("Compute feature statistics", key="fb_compute", type="primary") or "fb_stats" in st.session_state:
     if "fb_stats" not in st.session_state:
-        data = experiment_data(model, 4, int(n_samples), 4, seed=1)
+        data = sae_data(model, 4, int(n_samples), 4, seed=1)
         bar = st.progress(0.0, text="scanning dialogues...")
         try:
             st.session_state["fb_stats"] = feature_statistics(
-                model, sae, data["eval"], k=int(k), site=site,
+                model, sae, data.eval, k=int(k), site=site,
                 progress=lambda i, n: bar.progress(min(1.0, i / n), text=f"dialogue {i}/{n}"))
             st.session_state["fb_key"] = key
         except InterplabError as e:
@@ -158,8 +155,6 @@ if st.button("Generate", key="fb_generate"):
     if not prompt.strip():
         st.warning("Type a user message first.")
     else:
-        from interplab.sae.steering import steering_sweep
-
         try:
             res = steering_sweep(model, sae, [[{"role": "user", "content": prompt}]], feature=feature,
                                  alphas=(0.0, float(alpha)), positions=positions, max_new_tokens=int(max_new),

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from interplab.train.hyperfit import HyperfitConfig
+from interplab.train.hyperfit import RESULT_DIR, HyperfitConfig
 from interplab.zoo.registry import BuildContext, Recipe, register
 
 HYPERFIT_DATA = {"sources": ["pydoc"], "heldout_frac": 0.1, "corpus_seed": 0, "seq_len": 128, "n_sequences": 32,
@@ -70,14 +70,15 @@ def build_hyperfit(recipe: Recipe, ctx: BuildContext) -> dict:
     if ctx.time_budget_s:
         cfg.max_time_s = float(ctx.time_budget_s)
     res = hyperfit(str(ctx.parent_dir), seqs, config=cfg)
+    res.parent = f"zoo:{recipe.parent}"  # shipped records name organisms, never a build machine's paths
     model = res.model
     dtype = recipe.data.get("save_dtype", "float32")
     saved = model.to(getattr(torch, dtype)) if dtype != "float32" else model
     save_checkpoint(saved, tok, ctx.out_dir, overwrite=True, train_info={
         "recipe": recipe.summary() | {"available": True, "path": None}, "kind": "hyperfit",
         "parent": recipe.parent, "hyperfit": res.to_dict(), "save_dtype": dtype})
-    res.checkpoint = str(ctx.out_dir)
-    res.save(ctx.out_dir)
+    res.checkpoint = f"zoo:{recipe.name}"
+    res.save(ctx.out_dir / RESULT_DIR)
     # evaluate the weights as shipped (rounded to save_dtype), in float32
     model_eval = saved.float().eval()
     metrics = text_evaluate(model_eval, tok, recipe, n=int(over.get("eval_n", 24)))

@@ -15,19 +15,21 @@ dataset-scale covariance needs O(d^2) memory instead of storing N x d states; tw
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
 
 from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.result import Result
+from interplab.probes.hyperfit.inputs import context_prompts, generate_continuations, tokenize_texts
 
 __all__ = [
     "participation_ratio", "effective_rank", "pr_from_spectrum", "erank_from_spectrum", "covariance_spectrum",
     "twonn_dimension", "CovarianceAccumulator", "PairedStatsAccumulator", "LayerGeometryConfig",
-    "LayerGeometryResult", "compute_layer_geometry", "layer_geometry",
+    "LayerGeometryResult", "compute_layer_geometry", "layer_geometry", "GeometryReportConfig", "GeometryReport",
+    "geometry_report",
 ]
 
 
@@ -340,7 +342,7 @@ _SITE_FAMILIES = ("resid_pre", "resid_post", "final_norm")
 
 
 @dataclass
-class LayerGeometryResult:
+class LayerGeometryResult(Result):
     """Per-layer geometry of two models on identical inputs.
 
     `frame` has one row per (site, layer): layer, site, pr_a, pr_b, delta_pr (= DeltaDim = pr_b - pr_a), erank_a,
@@ -364,35 +366,6 @@ class LayerGeometryResult:
         row = df.iloc[layer] if layer < 0 else df[df["layer"] == layer].iloc[0]
         return float(row["delta_pr"])
 
-    def save(self, path) -> Path:
-        from interplab.core.io import write_arrays, write_json, write_table
-
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        write_json(path / "config.json", asdict(self.config))
-        write_table(path / "layer_geometry.csv", self.frame)
-        arrays = {f"a/{k}": v for k, v in self.spectra_a.items()}
-        arrays.update({f"b/{k}": v for k, v in self.spectra_b.items()})
-        if arrays:
-            write_arrays(path / "spectra.safetensors", arrays)
-        return path
-
-    @classmethod
-    def load(cls, path) -> "LayerGeometryResult":
-        from interplab.core.io import read_arrays, read_json, read_table
-
-        path = Path(path)
-        if not (path / "layer_geometry.csv").exists():
-            raise DataError(f"{path} holds no layer_geometry.csv; was it written by LayerGeometryResult.save?")
-        cfg = read_json(path / "config.json")
-        cfg["sites"] = tuple(cfg.get("sites", ()))
-        spectra_a, spectra_b = {}, {}
-        if (path / "spectra.safetensors").exists():
-            for k, v in read_arrays(path / "spectra.safetensors").items():
-                side, name = k.split("/", 1)
-                (spectra_a if side == "a" else spectra_b)[name] = v
-        return cls(LayerGeometryConfig(**cfg), read_table(path / "layer_geometry.csv"), spectra_a, spectra_b)
-
 
 def _site_names(families: Sequence[str], n_layers: int) -> list[tuple[str, int, str]]:
     """(family, layer, canonical site name) for every requested family."""
@@ -404,30 +377,6 @@ def _site_names(families: Sequence[str], n_layers: int) -> list[tuple[str, int, 
             out.append((fam, n_layers - 1, "final_norm"))
         else:
             out.extend((fam, layer, f"{fam}.{layer}") for layer in range(n_layers))
-    return out
-
-
-def tokenize_texts(model, texts: Sequence[str], max_tokens: int | None = None) -> list[list[int]]:
-    """Token ids of each text as the model's tokenizer produces them (special tokens included, e.g. BOS), truncated
-    to `max_tokens` (default: the model's context length). Token-id lists are taken as they are (no BOS added).
-    Empty texts raise InputError."""
-    if isinstance(texts, str):
-        texts = [texts]
-    if len(texts) == 0:
-        raise InputError("texts is empty; pass at least one string")
-    limit = int(max_tokens or getattr(model, "n_ctx", 0) or 10**9)
-    limit = min(limit, int(getattr(model, "n_ctx", limit) or limit))
-    out = []
-    for t in texts:
-        if isinstance(t, (list, tuple)) or (hasattr(t, "tolist") and not isinstance(t, str)):
-            ids = [int(x) for x in (t.tolist() if hasattr(t, "tolist") else t)]  # already token ids: used as is
-            if not ids:
-                raise InputError("an input token-id list is empty")
-        elif isinstance(t, str) and t.strip():
-            ids = model.tokenizer(t)["input_ids"]
-        else:
-            raise InputError(f"every text must be a non-empty string or a list of token ids; got {t!r}")
-        out.append(list(ids[:limit]))
     return out
 
 
@@ -507,3 +456,55 @@ def layer_geometry(model_a, model_b, texts: Sequence[str], *, sites: Sequence[st
     `compute_layer_geometry` for the result object with spectra, save/load and config."""
     return compute_layer_geometry(model_a, model_b, texts, sites=sites, exclude_bos=exclude_bos,
                                   batch_size=batch_size, max_tokens=max_tokens).to_frame()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# base vs several targets, three token sets
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass
+class GeometryReportConfig:
+    """batch_size: texts per forward pass; max_tokens: truncate teacher-forced texts (None = context); n_prompts /
+    context_tokens / new_tokens: the target's greedy generations for the generated-token geometry (0 = skip)."""
+
+    n_prompts: int = 100
+    context_tokens: int = 32
+    new_tokens: int = 96
+    batch_size: int = 16
+    max_tokens: int | None = 128
+
+
+@dataclass
+class GeometryReport:
+    """frame: layer-geometry rows of every target x {teacher-forced without BOS, with BOS, generated tokens} (columns
+    of LayerGeometryResult.frame plus target, tokens, bos). main: {target: LayerGeometryResult} of the teacher-forced
+    no-BOS setting (save each with its own `.save`)."""
+
+    frame: Any  # pandas.DataFrame
+    main: dict[str, LayerGeometryResult] = field(default_factory=dict)
+
+    def to_frame(self):
+        return self.frame.copy()
+
+
+def geometry_report(base, targets: dict, texts: Sequence[str],
+                    cfg: GeometryReportConfig | None = None) -> GeometryReport:
+    """Layer geometry of the base against every target: teacher-forced on `texts` without and with BOS, and on the
+    target's own greedy generations (prompt + generated tokens)."""
+    import pandas as pd
+
+    cfg = cfg or GeometryReportConfig()
+    frames, main = [], {}
+    for name, m in targets.items():
+        for tokens, bos in (("teacher_forced", False), ("teacher_forced", True)):
+            res = compute_layer_geometry(base, m, texts, exclude_bos=not bos, batch_size=cfg.batch_size,
+                                         max_tokens=cfg.max_tokens)
+            if not bos:
+                main[name] = res
+            frames.append(res.frame.assign(target=name, tokens=tokens, bos=bos))
+        if cfg.n_prompts:
+            prompts = context_prompts(m, texts, cfg.context_tokens, per_text=3)[:cfg.n_prompts]
+            gens, _ = generate_continuations(m, prompts, max_new_tokens=cfg.new_tokens, batch_size=cfg.batch_size)
+            seqs = [p + g for p, g in zip(prompts, gens)]
+            res = compute_layer_geometry(base, m, seqs, exclude_bos=True, batch_size=cfg.batch_size)
+            frames.append(res.frame.assign(target=name, tokens="generated", bos=False))
+    return GeometryReport(pd.concat(frames, ignore_index=True), main)

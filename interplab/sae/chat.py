@@ -1,57 +1,15 @@
-"""Small helpers shared by the SAE modules: site <-> SAELens hook-name mapping, chat-template tokenisation,
-template hashing, SAE loading from a directory or object."""
+"""Chat-template tokenisation for SAE data: one dialogue's ids, its assistant-answer mask, plain-text ids, the
+template's hash (recorded with every SAE) and a tokenizer's special token ids."""
 from __future__ import annotations
 
 import hashlib
-import re
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from interplab.core.errors import ConfigError, DataError, InputError
+from interplab.core.errors import DataError, InputError
 
-# interplab site kind -> TransformerLens (legacy) hook suffix used by SAELens metadata.
-_SITE_TO_HOOK = {
-    "resid_pre": "hook_resid_pre",
-    "resid_post": "hook_resid_post",
-    "attn_out": "hook_attn_out",
-    "mlp_out": "hook_mlp_out",
-}
-_HOOK_TO_SITE = {v: k for k, v in _SITE_TO_HOOK.items()}
-_HOOK_TO_SITE.update({"hook_out": "resid_post", "hook_in": "resid_pre"})
-
-
-def site_to_hook_name(site: str) -> str:
-    """`resid_post.2` -> `blocks.2.hook_resid_post` (the name SAELens, Neuronpedia and sae-dashboard expect)."""
-    m = re.fullmatch(r"([a-z_]+)\.(\d+)", site)
-    if not m or m.group(1) not in _SITE_TO_HOOK:
-        raise ConfigError(
-            f"SAE site {site!r} is not supported; use one of "
-            f"{', '.join(k + '.L' for k in _SITE_TO_HOOK)} (residual-width sites)")
-    return f"blocks.{m.group(2)}.{_SITE_TO_HOOK[m.group(1)]}"
-
-
-def hook_name_to_site(hook_name: str) -> str:
-    """`blocks.2.hook_resid_post` (or canonical `blocks.2.hook_out`) -> `resid_post.2`; interplab site names pass."""
-    if re.fullmatch(r"(resid_pre|resid_post|attn_out|mlp_out)\.\d+", hook_name or ""):
-        return hook_name
-    m = re.fullmatch(r"blocks\.(\d+)\.(hook_[a-z_]+)", hook_name or "")
-    if not m or m.group(2) not in _HOOK_TO_SITE:
-        raise ConfigError(
-            f"cannot map SAE hook name {hook_name!r} to an interplab site; pass site='resid_post.L' explicitly")
-    return f"{_HOOK_TO_SITE[m.group(2)]}.{m.group(1)}"
-
-
-def sae_site(sae: Any, site: str | None = None) -> str:
-    """The interplab site an SAE reads from: explicit `site`, else its metadata."""
-    if site is not None:
-        return site
-    md = sae.cfg.metadata
-    s = md.get("interplab_site") if hasattr(md, "get") else None
-    if s:
-        return s
-    return hook_name_to_site(md.hook_name)
+__all__ = ["chat_template_hash", "chat_ids", "assistant_token_mask", "text_ids", "is_dialogue", "special_token_ids"]
 
 
 def chat_template_hash(tokenizer: Any) -> str | None:
@@ -120,18 +78,6 @@ def text_ids(tokenizer: Any, text: str) -> list[int]:
 
 def is_dialogue(x: Any) -> bool:
     return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(m, dict) and "role" in m for m in x)
-
-
-def load_sae(sae_or_path: Any, device: str = "cpu"):
-    """An SAE object passes through; a directory loads with `sae_lens.SAE.load_from_disk`."""
-    if isinstance(sae_or_path, (str, Path)):
-        from sae_lens import SAE
-
-        p = Path(sae_or_path)
-        if not (p / "cfg.json").exists():
-            raise InputError(f"{p} is not an SAELens directory (no cfg.json); train one with interplab.sae.train_sae")
-        return SAE.load_from_disk(str(p), device=device)
-    return sae_or_path
 
 
 def special_token_ids(tokenizer: Any) -> list[int]:

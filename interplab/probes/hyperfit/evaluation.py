@@ -1,0 +1,204 @@
+"""The hyperfitting table (spec methods/hyperfit_geometry.md §5.3): on the same held-out prompts, the base greedy, the
+base sampled at the entropy-matched T* (and at T = 1) over seeds, the static vocabulary injection alpha sweep, and every
+target model, each with its diversity metrics, teacher-forced entropy / top-1 agreement with the base and the base's
+rank of every generated token."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Sequence
+
+import numpy as np
+
+from interplab.core.errors import ConfigError, InputError
+from interplab.core.result import Result
+from interplab.probes.hyperfit.repetition import generation_metrics
+from interplab.probes.hyperfit.inputs import context_prompts, generate_continuations, teacher_forced_logits
+from interplab.probes.hyperfit.ranks import base_ranks_of, compare_teacher_forced, static_delta
+from interplab.probes.hyperfit.temperature import (TemperatureMatch, entropy, match_temperature,
+                                                   per_position_matched_temperature)
+
+__all__ = ["EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary"]
+
+
+def teacher_forced_summary(base, texts, *, transform=None, target=None, batch_size: int = 16,
+                           max_tokens: int | None = None) -> dict[str, float]:
+    """Mean entropy and top-1 agreement with the base over teacher-forced positions of `texts`, for the base's
+    logits passed through `transform(z)` (e.g. z / T, z + alpha * delta) or for a `target` model."""
+    h, agree, n = 0.0, 0.0, 0
+    for zb, zt, _ in teacher_forced_logits(base, target, texts, batch_size, max_tokens):
+        z = zt if target is not None else (transform(zb) if transform is not None else zb)
+        h += float(entropy(z).sum())
+        agree += float((z.argmax(-1) == zb.argmax(-1)).sum())
+        n += zb.shape[0]
+    if n == 0:
+        raise InputError("no teacher-forced positions")
+    return {"entropy": h / n, "top1_agreement": agree / n}
+
+
+@dataclass
+class EvalConfig:
+    """n_prompts: held-out prompts (each contributes its first `context_tokens` tokens; `prompts_per_text`
+    non-overlapping windows per text: the offline corpus has ~100 held-out paragraphs long enough for one 32-token
+    window, 200 prompts need a second window from some of them). new_tokens: generated tokens per prompt (exactly;
+    EOS suppressed). batch_size: generation batch. tf_texts: held-out texts for the teacher-forced statistics (entropy,
+    agreement, T*, static delta). static_k: K of the static delta. seeds: sampling seeds for the T* (and T=1) rows.
+    alphas: static-injection strengths (the paper's 0.01-0.5 plus 1 and 2). sample_t1: also sample the base at T=1."""
+
+    n_prompts: int = 200
+    context_tokens: int = 32
+    new_tokens: int = 96
+    batch_size: int = 50
+    tf_texts: int = 64
+    static_k: int = 500
+    prompts_per_text: int = 3
+    seeds: int = 5
+    alphas: list[float] = field(default_factory=lambda: [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0])
+    sample_t1: bool = True
+
+
+@dataclass
+class HyperfitEvalResult(Result):
+    """table: one row per setting (metrics of the generations, teacher-forced entropy and top-1 agreement with the
+    base, gen_top1 = fraction of generated tokens that are the base's greedy choice given the same prefix; sampled
+    settings carry mean and `<metric>_sd` over seeds). sweep: the static-injection rows with alpha.
+    spearman: {"ttr": rho, "diversity": rho} of alpha vs metric. match: the TemperatureMatch.
+    examples: {setting: [first generations as text]}. ranks: {setting: base ranks [n_prompts, n_new]}."""
+
+    config: EvalConfig
+    table: object  # pandas.DataFrame
+    sweep: object  # pandas.DataFrame
+    spearman: dict
+    match: TemperatureMatch
+    examples: dict = field(default_factory=dict)
+    ranks: dict = field(default_factory=dict)
+
+    def to_frame(self):
+        return self.table.copy()
+
+
+def _mean_sd(rows: list[dict]) -> dict:
+    out = {}
+    for k in rows[0]:
+        vals = [r[k] for r in rows]
+        if all(isinstance(v, (int, float, np.floating)) for v in vals):
+            out[k] = float(np.mean(vals))
+            out[f"{k}_sd"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+        else:
+            out[k] = vals[0]
+    return out
+
+
+class _Table:
+    """The rows of the table, with the base ranks and example texts of every setting."""
+
+    def __init__(self, base, prompts, cfg: EvalConfig):
+        self.base, self.prompts, self.cfg = base, prompts, cfg
+        self.rows, self.examples, self.ranks = [], {}, {}
+
+    def row(self, name, kind, gens, gtexts, tfs, extra=None) -> dict:
+        r = base_ranks_of(self.base, self.prompts, gens, self.cfg.batch_size)
+        self.ranks[name] = r
+        self.examples[name] = gtexts[:5]
+        return {"setting": name, "kind": kind, **generation_metrics(gens, gtexts), **tfs,
+                "gen_top1": float((r == 1).mean()), **(extra or {})}
+
+    def generate(self, model, **kw):
+        return generate_continuations(model, self.prompts, max_new_tokens=self.cfg.new_tokens,
+                                      batch_size=self.cfg.batch_size, **kw)
+
+
+def _sampled_rows(t: _Table, tf, match: TemperatureMatch, say) -> None:
+    """Base sampled at T* (and T = 1): mean and sd over seeds."""
+    cfg, base = t.cfg, t.base
+    temps = [("T*", match.T)] + ([("T=1", 1.0)] if cfg.sample_t1 else [])
+    for label, T in temps:
+        per_seed = []
+        tf_T = teacher_forced_summary(base, tf, transform=lambda z, T=T: z / T)
+        for s in range(cfg.seeds):
+            say(f"base sampled at {label} seed {s}")
+            g, txt = t.generate(base, greedy=False, temperature=T, seed=1000 * s)
+            per_seed.append(t.row(f"base sampled {label}", "temperature", g, txt, tf_T, {"temperature": T}))
+        row = _mean_sd(per_seed)
+        row["setting"] = f"base sampled {label}={T:.3f}" if label == "T*" else "base sampled T=1"
+        row["n_seeds"] = cfg.seeds
+        t.ranks[row["setting"]] = t.ranks.pop(f"base sampled {label}")
+        t.examples[row["setting"]] = t.examples.pop(f"base sampled {label}")
+        t.rows.append(row)
+
+
+def _static_rows(t: _Table, primary, tf, say) -> list[dict]:
+    """The static-injection alpha sweep: base + alpha * delta with delta from the primary target."""
+    from interplab.interventions.logit_bias import StaticLogitBias
+
+    base = t.base
+    delta = static_delta(compare_teacher_forced(base, primary, tf), t.cfg.static_k)
+    sweep = []
+    for a in [float(x) for x in t.cfg.alphas]:
+        say(f"static injection alpha={a}")
+        g, txt = t.generate(base, edits=[StaticLogitBias(delta, a)])
+        d = delta.to(base.device)
+        row = t.row(f"static α={a:g}", "static", g, txt,
+                    teacher_forced_summary(base, tf, transform=lambda z, a=a, d=d: z + a * d), {"alpha": a})
+        t.rows.append(row)
+        sweep.append(row)
+    return sweep
+
+
+def _spearman(sweep) -> dict:
+    out = {}
+    for suffix, part in (("", sweep), ("_le0.5", sweep[sweep["alpha"] <= 0.5] if len(sweep) else sweep)):
+        if len(part) >= 3:
+            for metric in ("ttr", "diversity", "rep2"):
+                rho = part["alpha"].corr(part[metric], method="spearman")  # pandas' own (no scipy needed)
+                out[metric + suffix] = float(rho) if rho == rho else float("nan")
+    return out
+
+
+def _own_config(cfg) -> EvalConfig:
+    """The EvalConfig part of a config that extends it (an experiment's adds which models to load)."""
+    return EvalConfig(**{f.name: getattr(cfg, f.name) for f in fields(EvalConfig)})
+
+
+def evaluate_settings(base, targets: dict, texts: Sequence[str], cfg: EvalConfig | None = None,
+                      progress=None) -> HyperfitEvalResult:
+    """Generate from every setting on the same held-out prompts and measure the table (see HyperfitEvalResult).
+    `targets` maps a name to a model; the first one is the one T* and the static delta are computed from."""
+    import pandas as pd
+
+    from interplab.interventions.logit_bias import LogitTemperature
+
+    cfg = _own_config(cfg or EvalConfig())
+    if not targets:
+        raise ConfigError("evaluate_settings needs at least one target model")
+    say = progress or (lambda msg: None)
+    prompts = context_prompts(base, texts, cfg.context_tokens, per_text=cfg.prompts_per_text)[:cfg.n_prompts]
+    tf = list(texts[:cfg.tf_texts])
+    primary = next(iter(targets.values()))
+    t = _Table(base, prompts, cfg)
+
+    say("base greedy")
+    g, txt = t.generate(base)
+    t.rows.append(t.row("base greedy", "base", g, txt, teacher_forced_summary(base, tf), {"temperature": 1.0}))
+
+    say("entropy-matched temperature")
+    match = match_temperature(base, primary, tf)
+    per_pos = per_position_matched_temperature(base, primary, tf).summary()
+    _sampled_rows(t, tf, match, say)
+    say("greedy at T* (identical to base greedy by construction)")
+    few = prompts[:min(8, len(prompts))]
+    g_t, _ = generate_continuations(base, few, max_new_tokens=cfg.new_tokens, edits=[LogitTemperature(match.T)],
+                                    batch_size=cfg.batch_size)
+    g_0, _ = generate_continuations(base, few, max_new_tokens=cfg.new_tokens, batch_size=cfg.batch_size)
+
+    say("static injection")
+    sweep_rows = _static_rows(t, primary, tf, say)
+    for name, m in targets.items():
+        say(f"target {name}")
+        g, txt = t.generate(m)
+        t.rows.append(t.row(name, "target", g, txt, teacher_forced_summary(base, tf, target=m)))
+    sweep = pd.DataFrame(sweep_rows)
+    spear = _spearman(sweep)
+    spear["greedy_at_T*_identical_to_base"] = bool(g_t == g_0)
+    spear["T*"] = match.T
+    spear.update({f"per_position_{k}": v for k, v in per_pos.items()})
+    return HyperfitEvalResult(cfg, pd.DataFrame(t.rows), sweep, spear, match, t.examples, t.ranks)

@@ -1,0 +1,76 @@
+"""Samples for SAE training and evaluation on a model. For the toy organisms: dialogues are the toy task generators'
+examples (interplab/data) rendered with the chat template (`Example.messages()`); BT(P)'s "pretraining text" is the
+same task family in the raw, untemplated format (`Example.text("raw")`), the toy analogue of the Pile. Train and
+evaluation samples come from disjoint splits (the crc32 held-out bucket). Models without the toy vocabulary get
+random-word dialogues."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SAEData", "sae_data", "toy_dialogues", "generic_dialogues"]
+
+
+@dataclass
+class SAEData:
+    """train / eval: dialogues (lists of {"role", "content"} messages) for FAST and BT(F) training and held-out
+    evaluation; texts: plain texts for BT(P); eval_examples: the toy Examples behind `eval` (None for generic data),
+    whose known answers score steering by exact match."""
+
+    train: list
+    eval: list
+    texts: list[str]
+    eval_examples: list | None = None
+
+
+def toy_dialogues(n: int, seed: int = 0, split: str = "train", tasks: dict | None = None) -> list:
+    """n toy-task examples (weighted like the toy organisms' mixture), deterministic in seed."""
+    import numpy as np
+
+    from interplab.data.examples import sample_examples
+    from interplab.data.toy_tasks import toy_task_fns
+    from interplab.zoo.recipes.toy import TOY_WEIGHTS
+
+    w = dict(tasks or TOY_WEIGHTS)
+    fns = toy_task_fns()
+    names = sorted(w)
+    p = np.array([w[t] for t in names], dtype=float)
+    p /= p.sum()
+    counts = np.random.default_rng(seed).multinomial(n, p)
+    exs = []
+    for i, (t, c) in enumerate(zip(names, counts)):
+        if c:
+            exs += sample_examples(fns[t], int(c), seed * 1000 + i, split=split)
+    order = np.random.default_rng(seed + 1).permutation(len(exs))
+    return [exs[i] for i in order]
+
+
+def generic_dialogues(model: Any, n: int, seed: int = 0) -> list:
+    """Fallback dialogues for models without toy vocabulary: random words from the tokenizer's vocabulary."""
+    import random
+
+    tok = model.tokenizer
+    special = set(getattr(tok, "all_special_tokens", []) or [])
+    words = [w for w in tok.get_vocab() if w not in special and w.isalnum()][:200] or ["a", "b"]
+    rng = random.Random(seed)
+    say = lambda: " ".join(rng.choice(words) for _ in range(rng.randint(3, 10)))
+    return [[{"role": "user", "content": say()}, {"role": "assistant", "content": say()}] for _ in range(n)]
+
+
+def sae_data(model: Any, n_train: int, n_eval: int, n_text: int, seed: int = 0) -> SAEData:
+    """Toy dialogues and raw texts when the model knows the toy vocabulary, generic random-word dialogues else."""
+    try:
+        from interplab.data.toy_vocab import toy_vocab
+
+        vocab = toy_vocab()
+        if all(w in model.tokenizer.get_vocab() for w in list(vocab)[:50]):
+            tr = toy_dialogues(n_train, seed, "train")
+            ev = toy_dialogues(n_eval, seed + 7, "test")
+            tx = toy_dialogues(n_text, seed + 13, "train")
+            return SAEData([e.messages() for e in tr], [e.messages() for e in ev], [e.text("raw") for e in tx], ev)
+    except Exception:  # noqa: BLE001 - fall back to generic data for non-toy models
+        pass
+    tr = generic_dialogues(model, n_train, seed)
+    ev = generic_dialogues(model, n_eval, seed + 7)
+    tx = [" ".join(m["content"] for m in d) for d in generic_dialogues(model, n_text, seed + 13)]
+    return SAEData(tr, ev, tx, None)

@@ -99,3 +99,37 @@ def test_attention_offset_mass_frame(tiny_model):
     g, tok, m = tiny_model
     am = attention_offset_mass(m, g, 16)
     assert set(am.k) == {1, 2, 3} and set(am.layer) == {0, 1} and (am.mass >= 0).all() and (am.mass <= 1).all()
+
+
+def test_results_round_trip(tiny_model, tmp_path):
+    from interplab.core.result import Result
+    from interplab.probes.pcfg import ConstructionMirror, ProbeStudy, construction_mirror, depth_sweep, probe_study
+
+    g, tok, m = tiny_model
+    cm = construction_mirror(m, g, 24, 0, n_seeds=1)
+    back = Result.load_any(cm.save(tmp_path / "cm"))
+    assert isinstance(back, ConstructionMirror) and back.log2_n == cm.log2_n == 3
+    pd.testing.assert_frame_equal(back.kl, cm.kl)
+    assert back.summary() == cm.summary()
+    st = probe_study(m, g, ["next_token"], n_sequences=60, n_seeds=1)
+    back = ProbeStudy.load(st.save(tmp_path / "study"))
+    pd.testing.assert_frame_equal(back.probes, st.probes)
+    assert back.slopes.keys() == st.slopes.keys()
+    ds = depth_sweep([m], ["tiny"], g, 16, 0)
+    assert list(ds.frames()) == ["tiny"] and ds.headline()["log2_n"] == 3.0
+    assert "model" not in ds.frames()["tiny"].columns
+
+
+def test_probes_take_a_lab_model_and_wrap_matches_plain_forward(tiny_model):
+    from interplab.core.errors import InputError
+    from interplab.models import wrap_hf_model
+
+    g, tok, m = tiny_model
+    with pytest.raises(InputError, match="wrap_hf_model"):
+        pcfg_kl(m.hf_model, g, 8)
+    # no tokenizer: id inputs only, special ids from the config
+    bare = wrap_hf_model(m.hf_model, backend="nnsight")
+    rows = [[1, 7, 8, 9, 10], [1, 8]]
+    ref = m.hf_model(input_ids=torch.tensor(rows[:1])).logits
+    assert torch.allclose(bare.run(rows).logits[0], ref[0], atol=1e-6)
+    assert torch.allclose(m.run(rows).logits[0], ref[0], atol=1e-6)

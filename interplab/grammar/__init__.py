@@ -7,8 +7,9 @@ from interplab.grammar.algorithms import (
     prefix_span_posteriors, span_marginals,
 )
 from interplab.grammar.dyadic import (DyadicInside, DyadicUndefinedError, dyadic_inside, dyadic_sizes,
-                                      truncated_next_token_logprobs)
+                                      root_size, truncated_next_token_logprobs)
 from interplab.grammar.examples import hand_grammar, EXAMPLES, example
+from interplab.grammar.lm import grammar_vocab, ngram_baselines, sample_eval_set, to_model_ids
 from interplab.grammar.oracle import GrammarOracleLM
 
 __all__ = [
@@ -17,5 +18,5 @@ __all__ = [
     "Chart", "PrefixResult", "ViterbiResult", "inside", "log_prob", "viterbi", "prefix", "prefix_log_prob",
     "next_token_logprobs", "prefix_span_posteriors", "span_marginals", "hand_grammar", "EXAMPLES", "example",
     "GrammarOracleLM", "DyadicInside", "DyadicUndefinedError", "dyadic_inside", "dyadic_sizes",
-    "truncated_next_token_logprobs",
+    "truncated_next_token_logprobs", "root_size", "grammar_vocab", "to_model_ids", "sample_eval_set", "ngram_baselines",
 ]

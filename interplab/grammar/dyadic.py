@@ -21,7 +21,8 @@ from interplab.core.errors import ConfigError, InputError
 from interplab.grammar.algorithms import NEG_INF, _check, _combine_splits, _log, _logmatmul
 from interplab.grammar.pcfg import PCFG
 
-__all__ = ["DyadicUndefinedError", "DyadicInside", "dyadic_sizes", "dyadic_inside", "truncated_next_token_logprobs"]
+__all__ = ["DyadicUndefinedError", "DyadicInside", "dyadic_sizes", "dyadic_inside", "root_size",
+           "truncated_next_token_logprobs"]
 
 
 class DyadicUndefinedError(ConfigError):
@@ -67,7 +68,8 @@ def dyadic_sizes(g: PCFG) -> np.ndarray:
     return size
 
 
-def _root_size(g: PCFG) -> int:
+def root_size(g: PCFG) -> int:
+    """Lg: log2 of the one string length a dyadic grammar derives (`DyadicUndefinedError` when the root mixes sizes)."""
     sizes = dyadic_sizes(g)
     rs = np.unique(sizes[(g.root > 0).cpu().numpy()])
     if rs.size != 1:
@@ -152,7 +154,7 @@ def truncated_next_token_logprobs(g: PCFG, tokens, lengths=None, k: int = 0) -> 
     if int(k) != k or k < -1:
         raise InputError(f"k must be an integer >= -1 (blocks of size <= 2^k are used); got {k}.")
     k = int(k)
-    Lg = _root_size(g)
+    Lg = root_size(g)
     tok, lengths, _ = _check(g, tokens, lengths)
     B, n = tok.shape
     N, V = g.N, g.V

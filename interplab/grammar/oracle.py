@@ -1,9 +1,10 @@
 """The grammar itself as a causal LM: logits = log p_G(next | prefix), for tests and as the ideal reference model.
 
-`GrammarOracleLM(g, tokenizer)` is an `nn.Module` with the Hugging Face call convention that
-`interplab.probes.pcfg_parse` accepts for bare models (``model(input_ids=..., attention_mask=...)`` returns an
-object with ``.logits``). ``mix`` blends the exact distribution with a uniform one over the grammar's symbols
-(a planted, known miscalibration).
+`GrammarOracleLM(g, tokenizer)` is an `nn.Module` with the Hugging Face call convention
+(``model(input_ids=..., attention_mask=...)`` returns an object with ``.logits``), so
+`interplab.train.grammar_eval.grammar_kl` reads it like a plain causal LM under training. It has no layers, so it
+is no `LabModel`: the probes (`interplab.probes.pcfg`) do not take it. ``mix`` blends the exact distribution with a
+uniform one over the grammar's symbols (a planted, known miscalibration).
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ the hub is reachable; offline it fails fast with a message that says what to do)
 `trust_remote_code` is off unless asked for."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -169,18 +170,65 @@ def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}; use one of {BACKENDS}")
     display, path = resolve_checkpoint(name_or_path)
-    from interplab.models.lab_model import LabModel
-
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     tok = load_tokenizer(path)
     hf = load_hf_model(path, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    return _lab_model(hf, tok, backend, name=display, path=str(path), device=device, dtype=dtype,
+                      trust_remote_code=trust_remote_code)
+
+
+def wrap_hf_model(hf_model, tokenizer=None, backend: str = "bridge", *, name: str | None = None):
+    """An in-memory transformers causal LM (e.g. one just trained, or a random-init copy) as a `LabModel`, on its
+    current device and dtype. Without a tokenizer, inputs must be token ids (lists of id lists, tensors): a
+    stand-in tokenizer maps id i to the token "<i>" and takes BOS/EOS/PAD from the model config."""
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend {backend!r}; use one of {BACKENDS}")
+    tok = tokenizer if tokenizer is not None else ids_tokenizer(hf_model.config)
+    name = name or getattr(hf_model.config, "name_or_path", None) or type(hf_model).__name__
+    p = next(hf_model.parameters())
+    return _lab_model(hf_model.eval(), tok, backend, name=name, path=None, device=p.device, dtype=p.dtype,
+                      bridge_tokenizer=_in_memory(tok))
+
+
+def ids_tokenizer(config):
+    """A tokenizer over bare ids ("<0>" .. "<V-1>") for models that come without one; special ids from `config`."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    V = int(config.vocab_size)
+    core = Tokenizer(models.WordLevel({f"<{i}>": i for i in range(V)}, unk_token="<0>"))
+
+    def special(attr, default):
+        v = getattr(config, attr, None)
+        v = v[0] if isinstance(v, (list, tuple)) else v
+        return f"<{int(v) if v is not None else default}>"
+
+    eos = special("eos_token_id", V - 1)
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token=special("bos_token_id", V - 1), eos_token=eos,
+                                   pad_token=special("pad_token_id", int(eos[1:-1])), padding_side="left")
+
+
+def _in_memory(tok):
+    """TransformerBridge re-loads a tokenizer "with BOS" from ``init_kwargs["name_or_path"]``, which a tokenizer
+    built in memory lacks; the bridge gets a copy that says BOS handling is settled (LabModel tokenizes itself)."""
+    if "name_or_path" in tok.init_kwargs:
+        return tok
+    out = copy.copy(tok)
+    out.init_kwargs = {**tok.init_kwargs, "name_or_path": "", "add_bos_token": True}
+    return out
+
+
+def _lab_model(hf, tok, backend: str, *, name: str, path: str | None, device, dtype, trust_remote_code: bool = False,
+               bridge_tokenizer=None):
+    from interplab.models.lab_model import LabModel
+
     if backend == "bridge":
         from transformer_lens.model_bridge import TransformerBridge
 
         from interplab.models.backends.bridge import BridgeBackend
 
-        bridge = TransformerBridge.boot_transformers(str(path), device=str(device), dtype=dtype, hf_model=hf,
-                                                     tokenizer=tok, trust_remote_code=trust_remote_code)
+        bridge = TransformerBridge.boot_transformers(path or name, device=str(device), dtype=dtype, hf_model=hf,
+                                                     tokenizer=bridge_tokenizer or tok, trust_remote_code=trust_remote_code)
         bridge.eval()
         impl = BridgeBackend(bridge)
     else:
@@ -190,4 +238,4 @@ def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *
         n_heads = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
         d_head = int(getattr(cfg, "head_dim", None) or (getattr(cfg, "hidden_size", None) or cfg.n_embd) // n_heads)
         impl = NNsightBackend(hf, n_heads, d_head)
-    return LabModel(impl, tok, name=display, path=str(path))
+    return LabModel(impl, tok, name=name, path=path)

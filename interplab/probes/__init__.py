@@ -12,9 +12,9 @@ def _export(module: str, *names: str) -> None:
         _EXPORTS[n] = f"interplab.probes.{module}"
 
 
-_export("pcfg_parse", "pcfg_kl", "parse_probes", "kl_summary", "local_to_global", "lstar_slope",
-        "attention_offset_mass", "model_next_logprobs", "PROBE_TARGETS")
-_export("pcfg_construction", "construction_mirror")
+_export("pcfg", "pcfg_kl", "parse_probes", "kl_summary", "local_to_global", "lstar_slope",
+        "attention_offset_mass", "model_next_logprobs", "PROBE_TARGETS", "construction_mirror", "ConstructionMirror",
+        "depth_sweep", "DepthSweep", "probe_study", "ProbeStudy")
 
 
 _export("crh", "concept_diffs", "concept_acts", "fit_cylinder", "Cylinder", "penalty_vector", "sector_vectors",

@@ -21,7 +21,7 @@ def _probe_frame():
 
 def test_figure_builders(tmp_path):
     from interplab.figures import export
-    from interplab.probes.pcfg_parse import local_to_global, lstar_slope
+    from interplab.probes.pcfg import local_to_global, lstar_slope
 
     kl = pd.DataFrame({"position": range(5), "kl": np.linspace(0.1, 0.01, 5), "kl_se": 0.01, "kl_bigram": 0.5,
                        "kl_unigram": 0.6})

@@ -1,4 +1,4 @@
-"""pcfg_kl / parse_probes: metric identities with the exact grammar as the model, planted probe signals, l*."""
+"""grammar_kl / pcfg_kl / parse_probes: metric identities with the exact grammar as the model, planted probe signals, l*."""
 import math
 
 import numpy as np
@@ -8,8 +8,10 @@ import torch
 
 from interplab.grammar import random_cnf, uniform_binary
 from interplab.grammar.oracle import GrammarOracleLM
-from interplab.probes.pcfg_parse import (_fit_linear, _fit_mlp, _shuffle_within_token, attention_offset_mass,
-                                         kl_summary, local_to_global, lstar_slope, parse_probes, pcfg_kl)
+from interplab.models import wrap_hf_model
+from interplab.probes.pcfg import attention_offset_mass, local_to_global, lstar_slope, parse_probes, pcfg_kl
+from interplab.probes.pcfg.fit import fit_linear, fit_mlp, shuffle_within_token, split_sequences
+from interplab.train.grammar_eval import grammar_kl, kl_summary
 from interplab.zoo.recipes.pcfg import pcfg_tokenizer
 
 torch.set_num_threads(1)
@@ -18,13 +20,13 @@ torch.set_num_threads(1)
 def test_kl_of_grammar_with_itself_is_zero_and_excess_nll_matches_kl():
     g = random_cnf(N=4, V=4, p_bin=0.4, seed=0)
     tok = pcfg_tokenizer(g)
-    df = pcfg_kl(GrammarOracleLM(g, tok), g, 200, 0, tokenizer=tok, max_len=30, n_baseline=2000)
+    df = grammar_kl(GrammarOracleLM(g, tok), g, 200, 0, tokenizer=tok, max_len=30, n_baseline=2000)
     s = kl_summary(df)
     assert abs(s["kl"]) < 1e-6 and abs(s["tv"]) < 1e-6 and abs(s["excess_nll"]) < 1e-6
     assert s["kl_bigram"] > 0 and s["kl_unigram"] >= s["kl_bigram"] - 0.02
     assert np.allclose(df["entropy"], df["nll_model"], atol=1e-5)
     # a planted miscalibration: q = 0.8 p_G + 0.2 uniform. KL > 0 and the excess NLL estimates it
-    df = pcfg_kl(GrammarOracleLM(g, tok, mix=0.2), g, 400, 1, tokenizer=tok, max_len=30, baselines=False)
+    df = grammar_kl(GrammarOracleLM(g, tok, mix=0.2), g, 400, 1, tokenizer=tok, max_len=30, baselines=False)
     s = kl_summary(df)
     assert s["kl"] > 0.01
     assert abs(s["excess_nll"] - s["kl_token"]) < 4 * s["excess_nll_se"]
@@ -44,19 +46,18 @@ def test_linear_probe_recovers_planted_signal_and_controls_fall():
     Y = torch.tensor(X[1].numpy() @ w)  # layer 1 holds a linear signal; layers 0, 2 are noise
     X[2] = torch.tensor(rng.normal(size=(n, d)))
     seqs = np.arange(n) // 4
-    from interplab.probes.pcfg_parse import _split
-    tr, va, te = _split(seqs, n // 4, 0)
-    sc = _fit_linear(X, Y, tr, va, te, "r2")
+    tr, va, te = split_sequences(seqs, n // 4, 0)
+    sc = fit_linear(X, Y, tr, va, te, "r2")
     assert sc[1] > 0.99 and sc[0] < 0.05 and sc[2] < 0.05
     tokids = rng.integers(0, 3, size=n)
-    Ysh = torch.tensor(_shuffle_within_token(Y.numpy(), tokids, 0))
-    assert _fit_linear(X, Ysh, tr, va, te, "r2")[1] < 0.05
+    Ysh = torch.tensor(shuffle_within_token(Y.numpy(), tokids, 0))
+    assert fit_linear(X, Ysh, tr, va, te, "r2")[1] < 0.05
     # classification
     lab = (Y[:, 0] > 0).long()
     onehot = torch.nn.functional.one_hot(lab, 2).double()
-    acc = _fit_linear(X, onehot, tr, va, te, "acc")
+    acc = fit_linear(X, onehot, tr, va, te, "acc")
     assert acc[1] > 0.9 and acc[0] < 0.7
-    sc_mlp = _fit_mlp(X, Y, tr, va, te, "r2", epochs=150)
+    sc_mlp = fit_mlp(X, Y, tr, va, te, "r2", epochs=150)
     assert sc_mlp[1] > 0.8 and sc_mlp[0] < 0.2
 
 
@@ -78,12 +79,12 @@ def tiny_model():
     g = uniform_binary(L=3, K=2, q=3, V=6, k_lex=2, alpha=0.5, alpha_lex=0.5, seed=0)
     tok = pcfg_tokenizer(g)
     arch = ArchConfig(family="llama", n_layers=2, d_model=32, d_mlp=64, n_heads=4, n_kv_heads=2, d_head=8, n_ctx=16)
-    return g, tok, build_model(arch, tok, seed=0)
+    return g, tok, wrap_hf_model(build_model(arch, tok, seed=0), tok)
 
 
 def test_parse_probes_frame_on_tiny_model(tiny_model):
     g, tok, m = tiny_model
-    df = parse_probes(m, g, n_sequences=80, seed=0, tokenizer=tok,
+    df = parse_probes(m, g, n_sequences=80, seed=0,
                       targets=("span_posterior", "inside", "gold_label", "pending", "next_token", "marginal"))
     assert set(df.layer) == {-1, 0, 1}
     assert {"score", "score_random_init", "score_shuffled", "selectivity", "l_star", "bucket"} <= set(df.columns)
@@ -96,5 +97,39 @@ def test_parse_probes_frame_on_tiny_model(tiny_model):
 
 def test_attention_offset_mass_frame(tiny_model):
     g, tok, m = tiny_model
-    am = attention_offset_mass(m, g, 16, tokenizer=tok)
+    am = attention_offset_mass(m, g, 16)
     assert set(am.k) == {1, 2, 3} and set(am.layer) == {0, 1} and (am.mass >= 0).all() and (am.mass <= 1).all()
+
+
+def test_results_round_trip(tiny_model, tmp_path):
+    from interplab.core.result import Result
+    from interplab.probes.pcfg import ConstructionMirror, ProbeStudy, construction_mirror, depth_sweep, probe_study
+
+    g, tok, m = tiny_model
+    cm = construction_mirror(m, g, 24, 0, n_seeds=1)
+    back = Result.load_any(cm.save(tmp_path / "cm"))
+    assert isinstance(back, ConstructionMirror) and back.log2_n == cm.log2_n == 3
+    pd.testing.assert_frame_equal(back.kl, cm.kl)
+    assert back.summary() == cm.summary()
+    st = probe_study(m, g, ["next_token"], n_sequences=60, n_seeds=1)
+    back = ProbeStudy.load(st.save(tmp_path / "study"))
+    pd.testing.assert_frame_equal(back.probes, st.probes)
+    assert back.slopes.keys() == st.slopes.keys()
+    ds = depth_sweep([m], ["tiny"], g, 16, 0)
+    assert list(ds.frames()) == ["tiny"] and ds.headline()["log2_n"] == 3.0
+    assert "model" not in ds.frames()["tiny"].columns
+
+
+def test_probes_take_a_lab_model_and_wrap_matches_plain_forward(tiny_model):
+    from interplab.core.errors import InputError
+    from interplab.models import wrap_hf_model
+
+    g, tok, m = tiny_model
+    with pytest.raises(InputError, match="wrap_hf_model"):
+        pcfg_kl(m.hf_model, g, 8)
+    # no tokenizer: id inputs only, special ids from the config
+    bare = wrap_hf_model(m.hf_model, backend="nnsight")
+    rows = [[1, 7, 8, 9, 10], [1, 8]]
+    ref = m.hf_model(input_ids=torch.tensor(rows[:1])).logits
+    assert torch.allclose(bare.run(rows).logits[0], ref[0], atol=1e-6)
+    assert torch.allclose(m.run(rows).logits[0], ref[0], atol=1e-6)

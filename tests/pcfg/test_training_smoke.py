@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from interplab.grammar import random_cnf
-from interplab.probes.pcfg_parse import kl_summary, pcfg_kl
 from interplab.train.arch import ArchConfig, build_model
 from interplab.train.config import TrainConfig
+from interplab.train.grammar_eval import grammar_kl, kl_summary
 from interplab.train.trainer import train
 from interplab.zoo.recipes.pcfg import grammar_batches, pcfg_tokenizer
 
@@ -21,6 +21,6 @@ def test_300_steps_beat_bigram_baseline():
     cfg = TrainConfig(steps=300, lr=3e-3, warmup_steps=30, weight_decay=0.1, progress=False, log_every=50)
     res = train(model, grammar_batches(g, tok, 32, seed=0, max_len=16), cfg)
     assert res.steps_done == 300
-    s = kl_summary(pcfg_kl(model, g, 300, seed=1, tokenizer=tok, max_len=16, n_baseline=5000))
+    s = kl_summary(grammar_kl(model, g, 300, seed=1, tokenizer=tok, max_len=16, n_baseline=5000))
     assert s["kl"] < s["kl_bigram"], s
     assert s["kl"] < s["kl_unigram"], s

@@ -34,7 +34,8 @@ def test_registered_and_shipped_small():
 def test_kl_remeasured_below_bigram(name):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from interplab.probes.pcfg_parse import kl_summary, pcfg_kl
+    from interplab.models import wrap_hf_model
+    from interplab.probes.pcfg import kl_summary, pcfg_kl
     from interplab.zoo.recipes.pcfg import grammar_of
 
     torch.set_num_threads(1)
@@ -43,6 +44,6 @@ def test_kl_remeasured_below_bigram(name):
     tok = AutoTokenizer.from_pretrained(d)
     g = grammar_of(str(d))
     card = json.loads((d / "card.json").read_text())
-    s = kl_summary(pcfg_kl(model, g, 128, seed=777, tokenizer=tok, max_len=30, n_baseline=3000))
+    s = kl_summary(pcfg_kl(wrap_hf_model(model, tok), g, 128, seed=777, max_len=30, n_baseline=3000))
     assert s["kl"] < card["metrics"]["kl_bigram"]
     assert s["kl"] < 3 * card["metrics"]["kl"] + 0.01

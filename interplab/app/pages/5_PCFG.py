@@ -123,7 +123,7 @@ lp = next_token_logprobs(g, tk, lens_t)[0].exp().numpy()  # [n+1, V+1]
 labels = list(g.terminals) + ["EOS"]
 q = None
 if model_ok:
-    from interplab.probes.pcfg_parse import model_next_logprobs
+    from interplab.probes.pcfg import model_next_logprobs
 
     @st.cache_data(max_entries=32, show_spinner="Running the model...")
     def _model_probs(key: tuple, grammar_json: str, tokens: tuple, _m=None, _g=None):
@@ -147,7 +147,7 @@ if q is not None:
 
     @st.cache_data(max_entries=8, show_spinner="Computing exact distributions and the model's...")
     def _kl(key: tuple, grammar_json: str, n_seq: int, _m=None, _g=None):
-        from interplab.probes.pcfg_parse import pcfg_kl
+        from interplab.probes.pcfg import pcfg_kl
 
         return pcfg_kl(_m, _g, n_seq, 0, n_baseline=5000)
 
@@ -163,7 +163,7 @@ if q is not None:
         show_figure(kl_by_position_figure({name: dfk}), "pcfg_kl_by_position")
 
     st.subheader("Layer-wise parse probes")
-    from interplab.probes.pcfg_parse import PROBE_TARGETS, local_to_global, lstar_slope
+    from interplab.probes.pcfg import PROBE_TARGETS
 
     cA, cB, cC = st.columns(3)
     with cA:
@@ -176,14 +176,15 @@ if q is not None:
 
     @st.cache_data(max_entries=8, show_spinner="Fitting probes on every layer...")
     def _probes(key: tuple, grammar_json: str, targets: tuple, probe: str, n_seq: int, _m=None, _g=None):
-        from interplab.probes.pcfg_parse import parse_probes
+        from interplab.probes.pcfg import probe_study
 
-        return parse_probes(_m, _g, targets=list(targets), probe=probe, n_sequences=n_seq, seed=0)
+        return probe_study(_m, _g, list(targets), probe, n_sequences=n_seq, n_seeds=1, seed=0)
 
     if targets and (st.button("Run probes", key="pcfg_probe_btn") or st.session_state.get("pcfg_probe_done")):
         st.session_state["pcfg_probe_done"] = True
-        dfp = _probes((state.normalize_name(name), backend, device, dtype), g.to_string()[:5000], tuple(targets),
-                      probe_kind, int(n_probe), _m=model, _g=g)
+        study = _probes((state.normalize_name(name), backend, device, dtype), g.to_string()[:5000], tuple(targets),
+                        probe_kind, int(n_probe), _m=model, _g=g)
+        dfp = study.probes
         if dfp.empty:
             st.warning("No probe target had enough examples; sample more sequences.")
         else:
@@ -192,9 +193,7 @@ if q is not None:
             show_figure(probe_curves_figure(dfp, tsel), "pcfg_probe_curves")
             if (dfp[dfp.target == tsel]["bucket"] != "all").any():
                 show_figure(local_to_global_heatmap(dfp, tsel), "pcfg_l2g_heatmap")
-            ls = local_to_global(dfp)
-            slopes = {t: lstar_slope(ls, t) for t in ls.target.unique()}
-            show_figure(lstar_figure(ls, slopes=slopes), "pcfg_lstar")
+            show_figure(lstar_figure(study.l_star, slopes=study.slopes), "pcfg_lstar")
             st.dataframe(dfp, hide_index=True, key="pcfg_probe_table")
 
 # ------------------------------------------------------------------------------------------------ construction mirror
@@ -224,7 +223,7 @@ else:
 
     @st.cache_data(max_entries=8, show_spinner="Dyadic inside vectors, probes per layer and truncated predictors...")
     def _construction(key: tuple, grammar_json: str, n_seq: int, n_seeds: int, _m=None, _g=None):
-        from interplab.probes.pcfg_construction import construction_mirror
+        from interplab.probes.pcfg import construction_mirror
 
         return construction_mirror(_m, _g, n_seq, 0, n_seeds=n_seeds)
 
@@ -236,12 +235,11 @@ else:
         except InterplabError as e:
             st.error(f"**Construction mirror failed.** {e}")
         else:
-            last = cm["kl"][cm["kl"]["final_layer"]]
-            st.markdown(f"log₂ n = {cm['log2_n']}, {cm['n_sequences']} sequences; final-layer KL(p_trunc,k ‖ q) by k: "
-                        + ", ".join(f"k={int(r.k)}: {r.kl_trunc_model:.3f}" for r in last.itertuples()) + ".")
-            show_figure(dyadic_probe_figure(cm["probe"], title=f"{name}: dyadic inside R² by layer"),
-                        "pcfg_cm_probe")
-            show_figure(truncated_kl_figure(cm["kl"], title=f"{name}: KL(p_trunc,k ‖ layer l)"), "pcfg_cm_kl")
+            final = cm.summary()["final_kl_by_k"]
+            st.markdown(f"log₂ n = {cm.log2_n}, {cm.n_sequences} sequences; final-layer KL(p_trunc,k ‖ q) by k: "
+                        + ", ".join(f"k={k}: {v:.3f}" for k, v in final.items()) + ".")
+            show_figure(dyadic_probe_figure(cm.probe, title=f"{name}: dyadic inside R² by layer"), "pcfg_cm_probe")
+            show_figure(truncated_kl_figure(cm.kl, title=f"{name}: KL(p_trunc,k ‖ layer l)"), "pcfg_cm_kl")
             with st.expander("Tables"):
-                st.dataframe(cm["probe"], hide_index=True, key="pcfg_cm_probe_table")
-                st.dataframe(cm["kl"], hide_index=True, key="pcfg_cm_kl_table")
+                st.dataframe(cm.probe, hide_index=True, key="pcfg_cm_probe_table")
+                st.dataframe(cm.kl, hide_index=True, key="pcfg_cm_kl_table")

@@ -42,7 +42,7 @@ def grammar_batches(g, tokenizer, batch_size: int, seed: int, max_len: int):
     Sequences are BOS w EOS, right-padded; over-long samples are truncated (exact prefixes, no EOS target)."""
     import torch
 
-    from interplab.probes.pcfg_parse import grammar_vocab, to_model_ids
+    from interplab.grammar import grammar_vocab, to_model_ids
 
     gv = grammar_vocab(g, tokenizer)
 
@@ -62,10 +62,10 @@ def grammar_batches(g, tokenizer, batch_size: int, seed: int, max_len: int):
 
 def pcfg_evaluate(model, tokenizer, recipe: Recipe, n: int = 512, seed: int = EVAL_SEED) -> dict:
     """KL / TV / excess NLL against the exact grammar distribution on n held-out samples, with baselines."""
-    from interplab.probes.pcfg_parse import kl_summary, pcfg_kl
+    from interplab.train.grammar_eval import grammar_kl, kl_summary
 
     g = make_grammar(recipe.data["grammar"])
-    df = pcfg_kl(model, g, n, seed, tokenizer=tokenizer, max_len=recipe.data["max_len"])
+    df = grammar_kl(model, g, n, seed, tokenizer=tokenizer, max_len=recipe.data["max_len"])
     s = kl_summary(df)
     out = {k: s[k] for k in ("kl", "kl_se", "tv", "excess_nll", "entropy_rate", "kl_unigram", "kl_bigram")}
     out["kl_ratio_bigram"] = s["kl"] / max(s["kl_bigram"], 1e-12)
@@ -91,12 +91,13 @@ def build_pcfg(recipe: Recipe, ctx: BuildContext) -> dict:
     cfg = replace(recipe.train, steps=ctx.steps, seed=recipe.seed, progress=ctx.progress,
                   num_threads=ctx.num_threads, time_budget_s=ctx.time_budget_s)
     eval_n = int(d.get("eval_n_during_training", 128))
-    from interplab.probes.pcfg_parse import kl_summary, pcfg_kl, sample_eval_set
+    from interplab.grammar import sample_eval_set
+    from interplab.train.grammar_eval import grammar_kl, kl_summary
 
     ev = sample_eval_set(g, eval_n, EVAL_SEED + 777, int(d["max_len"]))
 
     def eval_fn(m, step):
-        s = kl_summary(pcfg_kl(m, g, eval_n, tokenizer=tok, eval_set=ev, baselines=False))
+        s = kl_summary(grammar_kl(m, g, eval_n, tokenizer=tok, eval_set=ev, baselines=False))
         return {"kl": s["kl"], "tv": s["tv"]}
 
     res = train(model, data, cfg, out_dir=ctx.work_dir, resume=ctx.resume, eval_fn=eval_fn,

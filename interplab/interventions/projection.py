@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from interplab.core.errors import InputError, ShapeError
-from interplab.core.edit import PHASES, Edit, PositionSpec, StepContext
+from interplab.core.edit import PHASES, Edit, ModelShape, PositionSpec, StepContext
 from interplab.core.shapes import orthonormalize
 
 __all__ = ["SubspaceProjection", "teacher_forced"]
@@ -44,6 +44,11 @@ class SubspaceEdit(Edit):
             raise ShapeError(f"{type(self).__name__} basis must be [d, k]; got shape {b.shape}")
         q = orthonormalize(b) if b.shape[1] else np.zeros((b.shape[0], 0))
         self.Q = torch.from_numpy(np.ascontiguousarray(q))
+
+    def validate(self, shape: ModelShape) -> None:
+        if self.d != shape.d_model:
+            raise ShapeError(f"{type(self).__name__} at {self.sites[0]}: basis has shape [{self.d}, {self.k}], but "
+                             f"this model needs [d_model={shape.d_model}, k]")
 
     @property
     def k(self) -> int:
@@ -176,6 +181,9 @@ class _TeacherForced(Edit):
             c = dataclasses.replace(ctx, prompt_lengths=core)
             return c.position_phase_mask(inner.phases) & c.mask(inner.positions)
         self.positions = spec
+
+    def validate(self, shape: ModelShape) -> None:
+        self.inner.validate(shape)
 
     def is_noop(self) -> bool:
         return self.inner.is_noop()

@@ -76,7 +76,7 @@ def build_hyperfit(recipe: Recipe, ctx: BuildContext) -> dict:
     save_checkpoint(saved, tok, ctx.out_dir, overwrite=True, train_info={
         "recipe": recipe.summary() | {"available": True, "path": None}, "kind": "hyperfit",
         "parent": recipe.parent, "hyperfit": res.to_dict(), "save_dtype": dtype})
-    res.checkpoint = str(ctx.out_dir)
+    res.checkpoint = f"zoo:{recipe.name}"
     res.save(ctx.out_dir)
     # evaluate the weights as shipped (rounded to save_dtype), in float32
     model_eval = saved.float().eval()

@@ -25,7 +25,7 @@ from interplab.core.errors import InputError, ShapeError
 from interplab.core.edit import PHASES, Edit, ModelShape, PositionSpec, StepContext
 from interplab.core.shapes import orthonormalize
 
-__all__ = ["SubspaceProjection", "teacher_forced"]
+__all__ = ["SubspaceProjection", "teacher_forced", "first_decode_steps"]
 
 
 def _boundary_positions(ctx: StepContext) -> torch.Tensor:
@@ -89,7 +89,7 @@ class SubspaceProjection(SubspaceEdit):
         if self.stage is not None:
             if self.stage < 1:
                 raise InputError(f"stage must be >= 1 (edit the first `stage` generated tokens); got {stage}")
-            positions = _compose(_staged(self.stage), positions)
+            positions = _compose(first_decode_steps(self.stage), positions)
         if self.boundary:
             if "decode" not in self.phases:
                 raise InputError("boundary=True edits the last prompt token as the first decode step; "
@@ -149,7 +149,9 @@ class SubspaceProjection(SubspaceEdit):
                 f"phases={self.user_phases}{extra}{pos})")
 
 
-def _staged(stage: int):
+def first_decode_steps(stage: int):
+    """A position spec selecting the first `stage` generated tokens (positions < prompt length + stage) and every
+    prompt token; AND it with phases=("decode",) to edit only those generated tokens (the staged variant)."""
     def spec(ctx: StepContext) -> torch.Tensor:
         return ctx.positions < (ctx.prompt_lengths[:, None] + stage)
     return spec

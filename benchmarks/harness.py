@@ -1,34 +1,43 @@
 """Run interplab benchmarks and print one `BENCH ...` line per result.
 
     python -m benchmarks.harness --list            # what exists
-    python -m benchmarks.harness all               # every benchmark, one process
+    python -m benchmarks.harness all               # every benchmark; one failing or exiting does not stop the rest
     python -m benchmarks.harness hook_layer        # every benchmark of benchmarks/bench_hook_layer.py
-    python -m benchmarks.harness capture_vs_run_with_cache --md   # + a Markdown table row (for BENCHMARKS.md)
+    python -m benchmarks.harness all --markdown out.md   # + the machine and a Markdown table (for BENCHMARKS.md)
 
-A benchmark module is `benchmarks/bench_<topic>.py` with `BENCHMARKS = {name: callable}`. The callable takes no
-arguments, does its own set-up, measures ours and the anchor in this same process (use `timeit` below), and returns
-`dict(ours=s, anchor=s, ratio=x, goal="...", ok=bool, extra={...})`. The harness prints
+A benchmark module is `benchmarks/bench_<topic>.py` of one of two kinds:
 
-    BENCH name=<name> ours=<s> anchor=<s> ratio=<x> goal=<goal> ok=<True/False> extra=<json>
+* a table: `BENCHMARKS = {name: callable}`. The callable takes no arguments, does its own set-up, measures ours and
+  the anchor in this same process (use `timeit` below), and returns
+  `dict(ours=s, anchor=s, ratio=x, goal="...", ok=bool, extra={...})`; the harness prints
+  `BENCH name=<name> ours=<s> anchor=<s> ratio=<x> goal=<goal> ok=<True/False> extra=<json>`.
+* a script (no BENCHMARKS): run as `python -m benchmarks.bench_<topic>` in its own process with no arguments; the
+  `BENCH ...` lines it prints are passed through and tabulated. Its name is the topic.
 
-and exits 1 if a benchmark raised or returned a malformed result (ok=False is a measurement, not a failure)."""
+A benchmark that raises, exits, returns a malformed result or (scripts) exits non-zero or prints no BENCH line is
+recorded as a failure (a `BENCH name=.. error=..` line and an error row in the table), and the rest still run; the
+exit status is then 1 (ok=False is a measurement, not a failure)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import json
 import os
 import pkgutil
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 REQUIRED = ("ours", "anchor", "ratio", "goal", "ok")
 
-__all__ = ["timeit", "discover", "run_one", "bench_line", "md_row", "md_header", "machine", "main"]
+__all__ = ["timeit", "discover", "run_one", "run_selected", "bench_line", "md_row", "md_header", "md_table",
+           "machine", "main"]
 
 
 def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, number: int = 1,
@@ -50,28 +59,31 @@ def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, number: i
     return statistics.median(times)
 
 
-def discover() -> tuple[dict[str, tuple[str, Callable]], dict[str, str]]:
-    """{benchmark name: (module topic, callable)} from every benchmarks/bench_*.py, and {module: import error}."""
-    import benchmarks as pkg
+def discover(package: str = "benchmarks") -> tuple[dict[str, tuple[str, Callable]], dict[str, str]]:
+    """{benchmark name: (module topic, callable)} from every `<package>/bench_*.py`, and {module: import error}.
 
+    Script modules (no top-level BENCHMARKS) are not imported here: they run in their own process."""
+    pkg = importlib.import_module(package)
     found: dict[str, tuple[str, Callable]] = {}
     errors: dict[str, str] = {}
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
         if not info.name.startswith("bench_"):
             continue
-        modname = f"{pkg.__name__}.{info.name}"
-        try:
-            mod = importlib.import_module(modname)
-        except Exception as exc:  # noqa: BLE001 - report and keep going
-            errors[modname] = f"{type(exc).__name__}: {exc}"
-            continue
-        table = getattr(mod, "BENCHMARKS", None)
-        topic = info.name[len("bench_"):]
-        if not isinstance(table, dict):
-            if callable(getattr(mod, "main", None)):  # a script that prints its own BENCH lines
-                table = {topic: _ScriptBenchmark(mod.main)}
-            else:
-                errors[modname] = "has no BENCHMARKS = {name: callable} dict (nor a main() printing BENCH lines)"
+        modname, topic = f"{pkg.__name__}.{info.name}", info.name[len("bench_"):]
+        src = Path(pkg.__path__[0]) / f"{info.name}.py"
+        if src.is_file() and not _defines_table(src):
+            table: dict = {topic: _ScriptBenchmark(modname, Path(pkg.__path__[0]).parent)}
+        else:
+            try:
+                mod = importlib.import_module(modname)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit included: report and keep going
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                errors[modname] = f"{type(exc).__name__}: {exc}"
+                continue
+            table = getattr(mod, "BENCHMARKS", None)
+            if not isinstance(table, dict):
+                errors[modname] = "BENCHMARKS must be a dict {name: callable}"
                 continue
         for name, fn in table.items():
             if name in found:
@@ -81,29 +93,43 @@ def discover() -> tuple[dict[str, tuple[str, Callable]], dict[str, str]]:
     return found, errors
 
 
+def _defines_table(src: Path) -> bool:
+    """Whether a module assigns BENCHMARKS at top level (read from its source, without importing it)."""
+    try:
+        tree = ast.parse(src.read_text(encoding="utf-8"))
+    except SyntaxError:
+        return True  # let the import report it
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if any(isinstance(t, ast.Name) and t.id == "BENCHMARKS" for t in targets):
+            return True
+    return False
+
+
 class _ScriptBenchmark:
-    """A bench module without BENCHMARKS whose main() prints `BENCH ...` lines itself; the lines are passed through
-    and parsed back so `--md` can tabulate them."""
+    """A bench module without BENCHMARKS, run as `python -m <module>` with no arguments in its own process (so its
+    argparse never sees the harness's arguments, and its exit or crash cannot stop the harness). Its `BENCH` lines
+    are passed through and parsed back for the table."""
 
-    def __init__(self, fn: Callable[[], Any]):
-        self.fn = fn
+    def __init__(self, module: str, cwd: Path):
+        self.module, self.cwd = module, cwd
 
-    def __call__(self) -> list[tuple[str, dict]]:
-        import contextlib
-        import io
-
-        buf = io.StringIO()
-
-        class _Tee(io.TextIOBase):
-            def write(self, s):
-                sys.__stdout__.write(s)
-                sys.__stdout__.flush()
-                buf.write(s)
-                return len(s)
-
-        with contextlib.redirect_stdout(_Tee()):
-            self.fn()
-        return [parse_bench_line(ln) for ln in buf.getvalue().splitlines() if ln.startswith("BENCH ")]
+    def __call__(self) -> tuple[list[tuple[str, dict]], str | None]:
+        """-> (parsed BENCH lines, None or what went wrong)."""
+        proc = subprocess.Popen([sys.executable, "-m", self.module], cwd=self.cwd, stdout=subprocess.PIPE,
+                                text=True, bufsize=1)
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if line.startswith("BENCH "):
+                lines.append(parse_bench_line(line.rstrip("\n")))
+        rc = proc.wait()
+        if rc != 0:
+            return lines, f"python -m {self.module} exited with status {rc} after {len(lines)} BENCH line(s)"
+        return lines, None if lines else f"python -m {self.module} printed no BENCH line"
 
 
 def parse_bench_line(line: str) -> tuple[str, dict]:
@@ -154,6 +180,9 @@ def md_header() -> str:
 
 
 def md_row(name: str, r: dict) -> str:
+    if "error" in r:
+        msg = str(r["error"]).replace("|", "\\|").replace("\n", " ")
+        return f"| {name} | - | - | - | - | **failed** | `{msg}` |"
     extra = _extra(r.get("extra")).replace("|", "\\|")
     return (f"| {name} | {_num(r['ours'])} | {_num(r['anchor'])} | {_num(r['ratio'])} | {r['goal']} | "
             f"{'yes' if r['ok'] else 'no'} | `{extra}` |")
@@ -196,14 +225,51 @@ def run_one(name: str, fn: Callable) -> dict:
     return r
 
 
-def main(argv: list[str] | None = None) -> int:
+def _failure(name: str, exc: BaseException | str) -> tuple[str, dict]:
+    msg = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    print(f"BENCH name={name} error={msg.replace(' ', '_')[:200]}", flush=True)
+    return name, {"error": msg}
+
+
+def run_selected(found: dict[str, tuple[str, Callable]], names: list[str]) -> list[tuple[str, dict]]:
+    """Run each named benchmark in turn and return [(name, result)]: a result dict, or {"error": message} for a
+    benchmark that raised, exited (SystemExit) or returned a malformed result; the others still run."""
+    results: list[tuple[str, dict]] = []
+    for name in names:
+        fn = found[name][1]
+        try:
+            if isinstance(fn, _ScriptBenchmark):
+                lines, err = fn()
+                results += lines
+                if err:
+                    results.append(_failure(name, err))
+                continue
+            r = run_one(name, fn)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - one broken or exiting benchmark must not stop the others
+            traceback.print_exc(file=sys.stderr)
+            results.append(_failure(name, exc))
+            continue
+        print(bench_line(name, r), flush=True)
+        results.append((name, r))
+    return results
+
+
+def md_table(results: list[tuple[str, dict]]) -> str:
+    """The machine line and the Markdown table of `results` (what BENCHMARKS.md holds)."""
+    return "\n".join([f"Machine: {machine()}", "", md_header(), *(md_row(n, r) for n, r in results)]) + "\n"
+
+
+def main(argv: list[str] | None = None, *, package: str = "benchmarks") -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.harness", description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="benchmark names, topics (bench_<topic>.py) or 'all'")
-    ap.add_argument("--md", action="store_true", help="also print a Markdown table (header + one row per result)")
+    ap.add_argument("--md", action="store_true", help="also print the machine and a Markdown table")
+    ap.add_argument("--markdown", metavar="FILE", help="write the machine and a Markdown table to FILE")
     ap.add_argument("--list", action="store_true", help="list benchmarks and exit")
     args = ap.parse_args(argv)
 
-    found, errors = discover()
+    found, errors = discover(package)
     for mod, err in errors.items():
         print(f"warning: {mod}: {err}", file=sys.stderr)
     if args.list or not args.names:
@@ -225,35 +291,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         selected += [p for p in picks if p not in selected]
 
-    results: list[tuple[str, dict]] = []
-    failed = bool(errors) and "all" in args.names
-    for name in selected:
-        fn = found[name][1]
-        if isinstance(fn, _ScriptBenchmark):
-            try:
-                results += fn()
-            except Exception as exc:  # noqa: BLE001
-                traceback.print_exc(file=sys.stderr)
-                print(f"BENCH name={name} error={type(exc).__name__}:{str(exc).replace(' ', '_')[:200]}", flush=True)
-                failed = True
-            continue
-        try:
-            r = run_one(name, fn)
-        except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
-            traceback.print_exc(file=sys.stderr)
-            print(f"BENCH name={name} error={type(exc).__name__}:{str(exc).replace(' ', '_')[:200]}", flush=True)
-            failed = True
-            continue
-        print(bench_line(name, r), flush=True)
-        results.append((name, r))
-    if args.md and results:
+    results = run_selected(found, selected)
+    if "all" in args.names:
+        results += [(mod, {"error": f"import failed: {err}"}) for mod, err in errors.items()]
+    table = md_table(results)
+    if args.md:
         print()
-        print(f"Machine: {machine()}")
-        print()
-        print(md_header())
-        for name, r in results:
-            print(md_row(name, r))
-    return 1 if failed else 0
+        print(table, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    return 1 if any("error" in r for _, r in results) else 0
 
 
 if __name__ == "__main__":

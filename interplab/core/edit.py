@@ -10,7 +10,7 @@ from typing import Callable, Sequence, Union
 
 import torch
 
-from interplab.core.errors import InputError
+from interplab.core.errors import InputError, ShapeError
 
 PHASES = ("prefill", "decode")
 PositionSpec = Union[str, int, Sequence[int], Callable[["StepContext"], torch.Tensor]]
@@ -73,6 +73,57 @@ class StepContext:
         return torch.isin(pos, idx)
 
 
+@dataclass(frozen=True)
+class ModelShape:
+    """The model dimensions an edit's arrays must fit (`LabModel.shape`)."""
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_model: int
+    d_head: int
+    d_vocab: int
+
+    @classmethod
+    def of(cls, model) -> "ModelShape":
+        return cls(*(int(getattr(model, f)) for f in ("n_layers", "n_heads", "n_kv_heads", "d_model", "d_head",
+                                                       "d_vocab")))
+
+
+def site_trailing(shape: ModelShape, site: str) -> tuple[int, ...] | None:
+    """The per-token shape of `site`'s activation (after [b, p]); None for attn_pattern, whose key axis grows
+    during decoding."""
+    kind = site.rpartition(".")[0] or site
+    if kind == "attn_pattern":
+        return None
+    if kind == "attn_z":
+        return (shape.n_heads, shape.d_head)
+    if kind == "logits":
+        return (shape.d_vocab,)
+    return (shape.d_model,)
+
+
+def check_trailing(shape: ModelShape, owner: str, what: str, actual, site: str,
+                   leads: Sequence[Sequence[str]]) -> None:
+    """ShapeError unless `actual` is `[*lead, *site_trailing(site)]` for one of the named leading axes in `leads`
+    (e.g. `((), ("batch",))`: the site's per-token shape, optionally with a batch axis in front)."""
+    trail = site_trailing(shape, site)
+    if trail is None:
+        return
+    actual = tuple(actual)
+    n = len(actual) - len(trail)
+    if n >= 0 and actual[n:] == trail and any(len(lead) == n for lead in leads):
+        return
+    want = " or ".join("[" + ", ".join([*lead, *map(str, trail)]) + "]" for lead in leads)
+    raise ShapeError(f"{owner} at {site}: {what} has shape {list(actual)}, but this model needs {want} "
+                     f"({describe_shape(shape)})")
+
+
+def describe_shape(shape: ModelShape) -> str:
+    return ", ".join(f"{f}={getattr(shape, f)}" for f in ("n_layers", "n_heads", "n_kv_heads", "d_model", "d_head",
+                                                          "d_vocab"))
+
+
 def broadcast_mask(mask: torch.Tensor, x: torch.Tensor, site: str) -> torch.Tensor:
     """Broadcast a [b, p] position mask onto an activation tensor of the given site."""
     if site.startswith("attn_pattern"):  # [b, h, q, k]: positions index the query axis
@@ -94,6 +145,13 @@ class Edit:
 
     def apply(self, site: str, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} must implement apply(site, x, ctx)")
+
+    def validate(self, shape: ModelShape) -> None:
+        """Raise `ShapeError` naming the expected shape when this edit's arrays do not fit the model.
+
+        `shape` is a `ModelShape` (anything with its attributes works, e.g. a LabModel). The hook layer calls it
+        once per edit object and model, the first time the edit is applied; edits without arrays need not
+        override it."""
 
     def is_noop(self) -> bool:
         """True when the edit provably changes nothing (e.g. zero strength); the hook layer then skips it."""

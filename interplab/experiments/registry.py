@@ -153,6 +153,19 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _type_name(tp: Any) -> str:
+    """`list[float]`, `Optional[int]`, `Literal['a', 'b']`, `Color`: how a field's type reads in messages."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return f"Literal{list(args)}"
+    if origin is typing.Union:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 < len(args):
+            return f"Optional[{_type_name(rest[0])}]"
+    if origin is typing.Union or (hasattr(types, "UnionType") and isinstance(tp, types.UnionType)):
+        return " | ".join("None" if a is type(None) else _type_name(a) for a in args)
+    if origin is not None and args:
+        inner = ", ".join("..." if a is Ellipsis else _type_name(a) for a in args)
+        return f"{getattr(origin, '__name__', str(origin))}[{inner}]"
     if isinstance(tp, type):
         return tp.__name__
     return str(tp).replace("typing.", "")
@@ -181,7 +194,8 @@ _NONE = {"none", "null", "~"}
 
 def parse_value(text: Any, tp: Any, *, field: str = "value") -> Any:
     """Parse CLI text `text` as type `tp` (int, float, bool, str, Path, Enum, Literal, Optional/Union,
-    list/tuple/set/dict). Non-strings are validated and returned."""
+    list/tuple/set/dict, nested). Lists are comma-separated (`0,0.25`) or JSON (`[0, 0.25]`); non-strings are
+    validated and returned. Bad input raises `ConfigError` naming `field` and the expected type."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any or tp is None:
@@ -198,8 +212,8 @@ def parse_value(text: Any, tp: Any, *, field: str = "value") -> Any:
             try:
                 return parse_value(text, a, field=field)
             except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(f"{field}: cannot parse {text!r} as {_type_name(tp)}")
+                errors.append(_reason(e, field))
+        raise ConfigError(f"{field}: cannot parse {text!r} as {_type_name(tp)} ({'; '.join(errors)})")
     if origin is typing.Literal:
         for a in args:
             if text == a or (isinstance(text, str) and str(a) == text):
@@ -209,22 +223,31 @@ def parse_value(text: Any, tp: Any, *, field: str = "value") -> Any:
         container = origin or tp
         if isinstance(text, str):
             s = text.strip()
+            items = None
             if s.startswith("["):
                 try:
                     items = json.loads(s)
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{field}: {text!r} is not a JSON list ({e})") from None
-            else:
+                except json.JSONDecodeError:
+                    if not s.endswith("]"):
+                        raise ConfigError(f"{field}: {text!r} is not a list (expected {_type_name(tp)}, e.g. "
+                                          f"--set {field}=a,b,c)") from None
+                    s = s[1:-1]  # [a, b] without JSON quotes: read it as a comma-separated list
+                if items is not None and not isinstance(items, list):
+                    raise ConfigError(f"{field}: {text!r} is not a list (expected {_type_name(tp)})")
+            if items is None:
                 items = [p.strip() for p in s.split(",") if p.strip()] if s else []
         else:
             items = list(text)
-        if container is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
-            if len(items) != len(args):
-                raise ConfigError(f"{field}: expected {len(args)} items for {_type_name(tp)}, got {len(items)}")
-            return tuple(parse_value(v, a, field=field) for v, a in zip(items, args))
-        elem = args[0] if args else Any
-        vals = [parse_value(v, elem, field=field) for v in items]
-        return container(vals)
+        try:
+            if container is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+                if len(items) != len(args):
+                    raise ConfigError(f"{field}: expected {len(args)} items for {_type_name(tp)}, got {len(items)}")
+                return tuple(parse_value(v, a, field=field) for v, a in zip(items, args))
+            elem = args[0] if args else Any
+            return container([parse_value(v, elem, field=field) for v in items])
+        except ConfigError as e:
+            raise ConfigError(f"{field}: expected {_type_name(tp)} (comma-separated, e.g. --set {field}=a,b): "
+                              f"{_reason(e, field)}") from None
     if origin is dict or tp is dict:
         if isinstance(text, Mapping):
             return dict(text)
@@ -274,7 +297,10 @@ def parse_value(text: Any, tp: Any, *, field: str = "value") -> Any:
         for m in tp:
             if str(text) in (m.name, str(m.value)):
                 return m
-        raise ConfigError(f"{field}: {text!r} is not one of {[m.name for m in tp]}")
+        for m in tp:
+            if str(text).casefold() in (m.name.casefold(), str(m.value).casefold()):
+                return m
+        raise ConfigError(f"{field}: {text!r} is not one of {[m.name for m in tp]} (a {tp.__name__} name or value)")
     if isinstance(tp, type) and issubclass(tp, os.PathLike) or tp is Path:
         return Path(str(text)).expanduser()
     if isinstance(tp, type):
@@ -285,6 +311,12 @@ def parse_value(text: Any, tp: Any, *, field: str = "value") -> Any:
         except Exception as exc:  # noqa: BLE001
             raise ConfigError(f"{field}: cannot make a {tp.__name__} from {text!r} ({exc})") from None
     return text
+
+
+def _reason(e: ConfigError, field: str) -> str:
+    """An inner parse error without its "field: " prefix, for an outer message that names the field once."""
+    msg = str(e)
+    return msg[len(field) + 2:] if msg.startswith(f"{field}: ") else msg
 
 
 def parse_overrides(items) -> dict[str, str]:

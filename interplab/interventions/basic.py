@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 
 from interplab.core.errors import InputError, ShapeError
-from interplab.core.edit import PHASES, Edit, PositionSpec, StepContext
+from interplab.core.edit import PHASES, Edit, ModelShape, PositionSpec, StepContext, check_trailing, site_trailing
 
 
 def _vec_repr(v: torch.Tensor) -> str:
@@ -27,6 +27,9 @@ class Steer(Edit):
         self.scale = float(scale)
         self.phases = tuple(phases)
         self._validate_phases()
+
+    def validate(self, shape: ModelShape) -> None:
+        check_trailing(shape, "Steer", "vector", self.vector.shape, self.sites[0], ((), ("batch",)))
 
     def is_noop(self) -> bool:
         return self.scale == 0.0 or not bool(self.vector.any())
@@ -61,6 +64,19 @@ class Ablate(Edit):
         self._validate_phases()
         if self.heads is not None and not site.startswith(("attn_z", "attn_pattern")):
             raise InputError(f"Ablate(heads=...) needs an attn_z or attn_pattern site, got {site!r}")
+
+    def validate(self, shape: ModelShape) -> None:
+        site = self.sites[0]
+        if self.heads is not None and any(not -shape.n_heads <= h < shape.n_heads for h in self.heads):
+            raise ShapeError(f"Ablate at {site}: heads {self.heads} out of range for this model's {shape.n_heads} "
+                             f"query heads (0..{shape.n_heads - 1})")
+        trail = site_trailing(shape, site)
+        if self.value is not None and trail is not None:
+            v = tuple(self.value.shape)
+            ok = len(v) <= len(trail) + 2 and all(a in (1, t) for a, t in zip(v[::-1], trail[::-1]))
+            if not ok:
+                raise ShapeError(f"Ablate at {site}: value has shape {list(self.value.shape)}, which does not "
+                                 f"broadcast to this model's per-token shape {list(trail)}")
 
     def apply(self, site, x, ctx):
         repl = torch.zeros_like(x) if self.value is None else torch.broadcast_to(
@@ -97,6 +113,9 @@ class Patch(Edit):
         self._validate_phases()
         if site.startswith("attn_pattern"):
             raise InputError("Patch does not support attn_pattern (the key axis grows during decoding); patch attn_z")
+
+    def validate(self, shape: ModelShape) -> None:
+        check_trailing(shape, "Patch", "source", self.source.shape, self.sites[0], (("n_pos",), ("batch", "n_pos")))
 
     @classmethod
     def from_cache(cls, cache, site: str, **kwargs) -> "Patch":

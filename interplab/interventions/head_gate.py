@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from interplab.core.errors import ConfigError, ShapeError
-from interplab.core.edit import PHASES, Edit, StepContext
+from interplab.core.edit import PHASES, Edit, ModelShape, StepContext
 from interplab.core.shapes import check_score_shape
 
 GATE_MODES = ("normalize", "contrast", "legacy_amplify", "raw", "inverse_baseline", "random_baseline")
@@ -113,18 +113,20 @@ class HeadGate(Edit):
     def n_heads(self) -> int:
         return self.gates.shape[1]
 
-    def validate(self, model) -> "HeadGate":
-        """Check the gates against a model: [n_layers, n_heads] (query heads) and, for the chunk site, that
-        d_model splits into n_heads chunks (warn when n_heads * d_head != d_model)."""
-        check_score_shape(self.gates, model.n_layers, model.n_heads)
+    def validate(self, shape: ModelShape) -> None:
+        """The gates must be [n_layers, n_heads] (query heads) of the model; the chunk site needs d_model to split
+        into n_heads chunks (a warning when n_heads * d_head != d_model)."""
+        try:
+            check_score_shape(self.gates, shape.n_layers, shape.n_heads)
+        except ShapeError as e:
+            raise ShapeError(f"{type(self).__name__} gates: {e}") from None
         if self.site == "attn_out_chunks":
-            if model.d_model % model.n_heads:
-                raise ShapeError(f"attn_out_chunks needs d_model ({model.d_model}) divisible by n_heads "
-                                 f"({model.n_heads})")
-            if model.n_heads * model.d_head != model.d_model:
+            if shape.d_model % shape.n_heads:
+                raise ShapeError(f"attn_out_chunks needs d_model ({shape.d_model}) divisible by n_heads "
+                                 f"({shape.n_heads})")
+            if shape.n_heads * shape.d_head != shape.d_model:
                 warnings.warn("attn_out_chunks: n_heads * d_head != d_model, so chunks do not even nominally "
                               "correspond to heads", stacklevel=2)
-        return self
 
     def is_noop(self) -> bool:
         return not self._layers

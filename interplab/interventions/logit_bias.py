@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 
 from interplab.core.errors import InputError, ShapeError
-from interplab.core.edit import PHASES, Edit, PositionSpec, StepContext
+from interplab.core.edit import PHASES, Edit, ModelShape, PositionSpec, StepContext
 
 __all__ = ["StaticLogitBias", "SuppressTokens", "LogitTemperature"]
 
@@ -43,6 +43,11 @@ class StaticLogitBias(Edit):
         return (f"StaticLogitBias(alpha={self.alpha:g}, vocab={self.delta.numel()}, nonzero={nz}, "
                 f"positions={self.positions!r}, phases={self.phases})")
 
+    def validate(self, shape: ModelShape) -> None:
+        if self.delta.numel() != shape.d_vocab:
+            raise ShapeError(f"StaticLogitBias: delta has shape [{self.delta.numel()}], but this model needs "
+                             f"[d_vocab={shape.d_vocab}]")
+
     def is_noop(self) -> bool:
         return self.alpha == 0.0 or not bool((self.delta != 0).any())
 
@@ -65,6 +70,12 @@ class SuppressTokens(Edit):
 
     def __repr__(self) -> str:
         return f"SuppressTokens({self.token_ids})"
+
+    def validate(self, shape: ModelShape) -> None:
+        bad = [t for t in self.token_ids if not 0 <= t < shape.d_vocab]
+        if bad:
+            raise ShapeError(f"SuppressTokens: token ids {bad} are outside this model's vocabulary "
+                             f"[0, d_vocab={shape.d_vocab})")
 
     def is_noop(self) -> bool:
         return not self.token_ids

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from interplab.core.errors import InputError, ShapeError
-from interplab.core.edit import PHASES, Edit, PositionSpec, StepContext
+from interplab.core.edit import PHASES, Edit, ModelShape, PositionSpec, StepContext
 from interplab.core.shapes import orthonormalize
 
-__all__ = ["SubspaceProjection", "teacher_forced"]
+__all__ = ["SubspaceProjection", "teacher_forced", "first_decode_steps"]
 
 
 def _boundary_positions(ctx: StepContext) -> torch.Tensor:
@@ -44,6 +44,11 @@ class SubspaceEdit(Edit):
             raise ShapeError(f"{type(self).__name__} basis must be [d, k]; got shape {b.shape}")
         q = orthonormalize(b) if b.shape[1] else np.zeros((b.shape[0], 0))
         self.Q = torch.from_numpy(np.ascontiguousarray(q))
+
+    def validate(self, shape: ModelShape) -> None:
+        if self.d != shape.d_model:
+            raise ShapeError(f"{type(self).__name__} at {self.sites[0]}: basis has shape [{self.d}, {self.k}], but "
+                             f"this model needs [d_model={shape.d_model}, k]")
 
     @property
     def k(self) -> int:
@@ -84,7 +89,7 @@ class SubspaceProjection(SubspaceEdit):
         if self.stage is not None:
             if self.stage < 1:
                 raise InputError(f"stage must be >= 1 (edit the first `stage` generated tokens); got {stage}")
-            positions = _compose(staged_positions(self.stage), positions)
+            positions = _compose(first_decode_steps(self.stage), positions)
         if self.boundary:
             if "decode" not in self.phases:
                 raise InputError("boundary=True edits the last prompt token as the first decode step; "
@@ -144,8 +149,9 @@ class SubspaceProjection(SubspaceEdit):
                 f"phases={self.user_phases}{extra}{pos})")
 
 
-def staged_positions(stage: int):
-    """Position spec of the first `stage` generated tokens of every row (positions < prompt length + stage)."""
+def first_decode_steps(stage: int):
+    """A position spec selecting the first `stage` generated tokens (positions < prompt length + stage) and every
+    prompt token; AND it with phases=("decode",) to edit only those generated tokens (the staged variant)."""
     def spec(ctx: StepContext) -> torch.Tensor:
         return ctx.positions < (ctx.prompt_lengths[:, None] + stage)
     return spec
@@ -177,6 +183,9 @@ class _TeacherForced(Edit):
             c = dataclasses.replace(ctx, prompt_lengths=core)
             return c.position_phase_mask(inner.phases) & c.mask(inner.positions)
         self.positions = spec
+
+    def validate(self, shape: ModelShape) -> None:
+        self.inner.validate(shape)
 
     def is_noop(self) -> bool:
         return self.inner.is_noop()

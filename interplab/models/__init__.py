@@ -1,6 +1,7 @@
 """Model loading and the LabModel hook layer over TransformerBridge and nnsight.
 
 Attributes are imported lazily so that `load_model` can reject a bad name before torch is imported."""
+from interplab.models.checkpoints import validate_checkpoint, verify_checksums
 from interplab.models.loading import BACKENDS, load_model, wrap_hf_model
 
 _LAZY = {"LabModel": "interplab.models.lab_model", "Batch": "interplab.models.inputs",
@@ -16,4 +17,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'interplab.models' has no attribute {name!r}")
 
 
-__all__ = ["load_model", "wrap_hf_model", "LabModel", "Batch", "Cache", "RunOutput", "GenerateOutput", "BACKENDS"]
+__all__ = ["load_model", "wrap_hf_model", "LabModel", "Batch", "Cache", "RunOutput", "GenerateOutput", "BACKENDS",
+           "validate_checkpoint", "verify_checksums"]

@@ -3,12 +3,13 @@ once; backends only run single forwards."""
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Iterable, Sequence
 
 import torch
 
 from interplab.core.errors import InputError
-from interplab.core.edit import Edit, StepContext
+from interplab.core.edit import Edit, ModelShape, StepContext
 from interplab.models import weights
 from interplab.models.backends.base import ForwardRequest
 from interplab.models.inputs import Batch, to_batch
@@ -19,8 +20,9 @@ from interplab.core.sites import Site, parse_site, parse_sites, valid_sites
 class LabModel:
     """A causal LM with canonical activation sites, captures and explicit edits.
 
-    Attributes: n_layers, n_heads (query heads), n_kv_heads, d_model, d_head, d_vocab, n_ctx, tokenizer,
-    hf_model (the transformers module), name, backend, device, dtype."""
+    Attributes: n_layers, n_heads (query heads), n_kv_heads, d_model, d_head, d_vocab (together: `shape`, the
+    ModelShape every edit is validated against), n_ctx, tokenizer, hf_model (the transformers module), name,
+    backend, device, dtype."""
 
     def __init__(self, backend_impl, tokenizer, *, name: str, path: str | None = None):
         self._impl = backend_impl
@@ -45,6 +47,8 @@ class LabModel:
         # One hooked forward at a time per model: hooks live on the shared modules for the length of a forward, so
         # two threads' forwards must not overlap (see docs/reliability.md, "Concurrency contract").
         self._forward_lock = threading.Lock()
+        self.shape = ModelShape.of(self)
+        self._validated: dict[int, weakref.ref] = {}
 
     @property
     def backend(self) -> str:
@@ -129,6 +133,7 @@ class LabModel:
         for e in edits or ():
             if not isinstance(e, Edit):
                 raise InputError(f"edits must be interplab.interventions.Edit objects, got {type(e).__name__}")
+            self._validate_once(e)
             for s in e.sites:
                 site = parse_site(s, self.n_layers)
                 if site.kind not in self._impl.editable_kinds:
@@ -136,6 +141,18 @@ class LabModel:
                                      f"editable: {sorted(self._impl.editable_kinds)}")
                 out.setdefault(site, []).append(e)
         return out
+
+    def _validate_once(self, e: Edit) -> None:
+        """`e.validate(self.shape)` the first time this edit object meets this model (even a no-op edit: a gate map
+        with an extra row is a bug whether or not it changes anything)."""
+        ref = self._validated.get(id(e))
+        if ref is not None and ref() is e:
+            return
+        e.validate(self.shape)
+        try:
+            self._validated[id(e)] = weakref.ref(e, lambda _r, k=id(e): self._validated.pop(k, None))
+        except TypeError:  # not weak-referenceable (__slots__): validate again next time, it is cheap
+            pass
 
     # ----------------------------------------------------------------- forward passes
     def _forward(self, req: ForwardRequest):

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from interplab.core.errors import CheckpointError, InputError, ModelNotFoundError
+from interplab.models.checkpoints import validate_checkpoint
 
 # Name resolution runs before torch is imported (a cold torch import alone takes seconds here), so a bad name
 # fails fast.
@@ -43,45 +44,6 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def check_checkpoint_dir(path: Path) -> Path:
-    """A directory must hold config.json and safetensors weights; anything else is a clear CheckpointError."""
-    if not (path / "config.json").is_file():
-        raise CheckpointError(f"{path} has no config.json: it is not a Hugging Face checkpoint directory "
-                              "(save one with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))")
-    try:
-        json.loads((path / "config.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path / 'config.json'} is not valid JSON ({e}); the checkpoint is corrupt") from None
-    single = path / "model.safetensors"
-    index = path / "model.safetensors.index.json"
-    if single.is_file():
-        _check_safetensors(single)
-    elif index.is_file():
-        shards = set(json.loads(index.read_text())["weight_map"].values())
-        for shard in shards:
-            if not (path / shard).is_file():
-                raise CheckpointError(f"{path} is missing weight shard {shard} listed in {index.name}")
-            _check_safetensors(path / shard)
-    else:
-        legacy = [p.name for p in path.glob("*.bin")]
-        hint = (f" It has {legacy}: interplab loads safetensors only; convert with "
-                "model.save_pretrained(dir, safe_serialization=True).") if legacy else ""
-        raise CheckpointError(f"{path} has no model.safetensors weights.{hint} If this is a zoo organism, rebuild it "
-                              "with `interplab zoo train NAME`.")
-    return path
-
-
-def _check_safetensors(file: Path) -> None:
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(file), framework="pt") as fh:
-            fh.keys()
-    except Exception as e:  # safetensors raises several types for truncated/corrupt headers
-        raise CheckpointError(f"{file} is corrupt or truncated ({type(e).__name__}: {e}); delete the directory and "
-                              "re-save or retrain it") from None
-
-
 def resolve_checkpoint(name_or_path) -> tuple[str, Path]:
     """-> (display name, local checkpoint directory)."""
     if isinstance(name_or_path, Path):
@@ -92,10 +54,10 @@ def resolve_checkpoint(name_or_path) -> tuple[str, Path]:
     if name.startswith("zoo:"):
         from interplab.models.zoo_dirs import organism_dir
 
-        return name, check_checkpoint_dir(organism_dir(name[4:]))
+        return name, validate_checkpoint(organism_dir(name[4:]))  # shipped weights: sha256 checked too
     path = Path(name).expanduser()
     if path.is_dir():
-        return path.name, check_checkpoint_dir(path)
+        return path.name, validate_checkpoint(path, verify_checksums=False)
     if path.exists():
         raise ModelNotFoundError(f"{name} is a file, not a checkpoint directory")
     looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1] \
@@ -112,7 +74,7 @@ def _hub_snapshot(repo_id: str) -> Path:
     try:
         local = snapshot_download(repo_id, local_files_only=True, allow_patterns=["*.json", "*.safetensors", "*.txt",
                                                                                    "*.model", "*.jinja"])
-        return check_checkpoint_dir(Path(local))
+        return validate_checkpoint(Path(local), verify_checksums=False)
     except CheckpointError:
         raise
     except Exception:
@@ -130,7 +92,7 @@ def _hub_snapshot(repo_id: str) -> Path:
         raise ModelNotFoundError(f"could not fetch {repo_id!r} from the Hugging Face hub ({type(e).__name__}). "
                                  "Check the id and your network, or pass a local checkpoint directory / zoo:NAME."
                                  ) from None
-    return check_checkpoint_dir(Path(local))
+    return validate_checkpoint(Path(local), verify_checksums=False)
 
 
 def load_tokenizer(path: Path):

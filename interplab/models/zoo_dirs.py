@@ -46,6 +46,16 @@ def built_names() -> list[str]:
     return sorted(names)
 
 
+def zoo_name_of(path) -> str | None:
+    """"zoo:NAME" when `path` is an organism directory of the shipped or the user zoo, else None (records name zoo
+    organisms this way, so they never hold a machine's paths)."""
+    p = Path(path).expanduser().resolve()
+    for root in (SHIPPED_DIR, user_zoo_dir()):
+        if p.parent == root.expanduser().resolve():
+            return f"zoo:{p.name}"
+    return None
+
+
 def organism_dir(name: str) -> Path:
     """The checkpoint directory of built organism `name` ("zoo:" prefix optional), not yet validated."""
     name = name[4:] if name.startswith("zoo:") else name

@@ -36,6 +36,7 @@ _export("hyperfit", "participation_ratio", "effective_rank", "CovarianceAccumula
         "compute_layer_geometry", "LayerGeometryResult", "entropy_matched_temperature", "match_temperature",
         "per_position_matched_temperature", "rank_reordering", "RankReorderingResult", "compare_teacher_forced",
         "static_delta", "generation_metrics", "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "loop_rate")
+_export("next_token", "model_summary", "suggest_prompt", "next_token_report", "NextTokenResult")
 
 _export("truth", "truth_scores", "TruthScores", "TruthScoresConfig", "truth_scores_from_activations",
         "evidence_attention", "lineage_correlation", "lineage_table", "correlation_matrix", "load_released_maps",

@@ -16,7 +16,7 @@ def _export(module: str, *names: str) -> None:
 _export("config", "TrainConfig", "TrainResult")
 _export("trainer", "train")
 _export("finetune", "finetune", "LoraSpec", "apply_lora")
-_export("checkpoint", "save_checkpoint", "validate_checkpoint", "load_checkpoint")
+_export("checkpoint", "save_checkpoint", "load_checkpoint")
 _export("evaluate", "exact_match", "task_accuracies")
 _export("arch", "ArchConfig", "build_model")
 _export("hyperfit", "hyperfit", "late_stage_lora", "full_lora", "early_stage_lora", "HyperfitConfig",

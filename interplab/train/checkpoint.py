@@ -1,4 +1,5 @@
-"""Complete Hugging Face checkpoint directories: save (atomically), validate, load.
+"""Complete Hugging Face checkpoint directories: save (atomically) and load (validated by
+`interplab.models.checkpoints.validate_checkpoint`).
 
 A checkpoint directory holds `config.json`, `generation_config.json`, `model.safetensors`, the tokenizer files
 (with `chat_template`), `interplab_train.json` (the training config and recipe that produced it) and
@@ -7,25 +8,15 @@ A checkpoint directory holds `config.json`, `generation_config.json`, `model.saf
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from interplab.core.errors import CheckpointError, ResultsError
+from interplab.core.errors import ResultsError
+from interplab.models.checkpoints import CHECKSUMS, sha256_file, validate_checkpoint
 
-WEIGHTS = "model.safetensors"
 TRAIN_INFO = "interplab_train.json"
-CHECKSUMS = "checksums.json"
-
-
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def save_checkpoint(model, tokenizer, out_dir, *, train_info: Mapping[str, Any] | None = None,
@@ -64,54 +55,6 @@ def save_checkpoint(model, tokenizer, out_dir, *, train_info: Mapping[str, Any] 
     else:
         os.replace(tmp, out_dir)
     return out_dir
-
-
-def validate_checkpoint(path, verify_checksums: bool = True) -> Path:
-    """Check that `path` is a complete checkpoint; raise `CheckpointError` saying what is wrong otherwise.
-
-    Checks: config.json exists and parses; model.safetensors (or a sharded index) exists and its header reads;
-    with `verify_checksums`, the sha256 of every weight file matches checksums.json when that file exists.
-    """
-    import json
-
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"checkpoint directory {path} does not exist")
-    cfg = path / "config.json"
-    if not cfg.is_file():
-        raise CheckpointError(f"{path} has no config.json: not a complete Hugging Face checkpoint")
-    try:
-        json.loads(cfg.read_text())
-    except Exception as err:
-        raise CheckpointError(f"{cfg} is not valid JSON ({err}); the checkpoint is corrupt") from None
-    weights = sorted(path.glob("*.safetensors"))
-    if not weights:
-        raise CheckpointError(f"{path} has no {WEIGHTS}: the weights are missing. Rebuild it explicitly "
-                              "(e.g. `interplab zoo train NAME --force`) or restore the file")
-    from safetensors import safe_open
-
-    for w in weights:
-        try:
-            # opening parses the header and checks that the data section has exactly the declared size
-            with safe_open(str(w), framework="numpy") as fh:
-                list(fh.keys())
-        except Exception as err:
-            raise CheckpointError(f"{w} is unreadable or truncated ({err}); the checkpoint is corrupt. Rebuild "
-                                  "it explicitly (e.g. `interplab zoo train NAME --force`)") from None
-    sums = path / CHECKSUMS
-    if verify_checksums and sums.is_file():
-        try:
-            expected = json.loads(sums.read_text())
-        except Exception as err:
-            raise CheckpointError(f"{sums} is not valid JSON ({err})") from None
-        for name, digest in expected.items():
-            f = path / name
-            if not f.is_file():
-                raise CheckpointError(f"{f} listed in {CHECKSUMS} is missing")
-            if sha256_file(f) != digest:
-                raise CheckpointError(f"{f} does not match its sha256 in {CHECKSUMS}: the weights are corrupt or "
-                                      "were modified. Rebuild explicitly (`interplab zoo train NAME --force`)")
-    return path
 
 
 def load_checkpoint(path, dtype=None, device=None):

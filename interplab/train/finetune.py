@@ -55,6 +55,15 @@ def apply_lora(model, spec: LoraSpec):
     return get_peft_model(model, cfg)
 
 
+def _parent_name(parent: Any) -> str | None:
+    """What a checkpoint records as its parent: "zoo:NAME" for a zoo organism, else the path given."""
+    if not isinstance(parent, (str, Path)):
+        return None
+    from interplab.models.zoo_dirs import zoo_name_of
+
+    return str(parent) if str(parent).startswith("zoo:") else zoo_name_of(parent) or str(parent)
+
+
 def load_for_finetune(parent: Any):
     """(model, tokenizer) from a zoo name ("zoo:NAME"), a checkpoint directory, or an already loaded model."""
     from interplab.train.checkpoint import load_checkpoint
@@ -93,7 +102,7 @@ def finetune(parent: Any, data, config: TrainConfig | None = None, *, lora: Lora
         if tok is None:
             raise ConfigError("saving needs a tokenizer: pass tokenizer= when parent is a model object")
         info = {"train_config": cfg.to_dict(), "lora": lora.to_dict() if lora else None,
-                "parent": str(parent) if isinstance(parent, (str, Path)) else None,
+                "parent": _parent_name(parent),
                 "steps_done": result.steps_done, **(train_info or {})}
         save_checkpoint(model, tok, out_dir, train_info=info, stop_token_ids=stop_token_ids, overwrite=overwrite)
     return model, tok, result

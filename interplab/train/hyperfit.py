@@ -305,6 +305,7 @@ def _validate(hf, seqs: list[list[int]], pad_id: int, cfg: HyperfitConfig, eos_i
 def _resolve_source(model):
     """-> (hf model copy to train, tokenizer, parent name). Never trains a caller's model in place."""
     from interplab.models.loading import load_hf_model, load_tokenizer, resolve_checkpoint
+    from interplab.models.zoo_dirs import zoo_name_of
 
     if hasattr(model, "hf_model") and hasattr(model, "tokenizer"):
         # A LabModel's hf_model is wrapped by the backend (TransformerBridge inserts hook modules), so reload the
@@ -315,7 +316,8 @@ def _resolve_source(model):
         return load_hf_model(path, device="cpu", dtype=torch.float32), load_tokenizer(path), str(model.name)
     if isinstance(model, (str, Path)):
         name, path = resolve_checkpoint(str(model))
-        return load_hf_model(path, device="cpu", dtype=torch.float32), load_tokenizer(path), str(model)
+        parent = zoo_name_of(path) or str(model)  # a zoo organism is recorded by name, never by this machine's path
+        return load_hf_model(path, device="cpu", dtype=torch.float32), load_tokenizer(path), parent
     if isinstance(model, tuple) and len(model) == 2:
         return copy.deepcopy(model[0]), model[1], type(model[0]).__name__
     raise InputError("model must be a LabModel, a checkpoint path / zoo:NAME, or a (hf_model, tokenizer) pair")

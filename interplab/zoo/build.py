@@ -42,7 +42,7 @@ def train_organism(name: str, *, steps: int | None = None, out: str | Path | Non
     report = recipe.build(recipe, ctx)
     report["build_seconds"] = time.perf_counter() - t0
     report["steps"] = ctx.steps
-    report["parent_dir"] = str(parent_dir) if parent_dir else None
+    report["parent"] = f"zoo:{recipe.parent}" if recipe.parent else None
     write_card(recipe, out_dir, report)
     shutil.rmtree(work, ignore_errors=True)
     return out_dir

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from interplab.core.errors import ModelNotFoundError
 from interplab.models.zoo_dirs import SHIPPED_DIR, candidates, find, interplab_home, user_zoo_dir  # noqa: F401
-from interplab.train.checkpoint import validate_checkpoint
+from interplab.models.checkpoints import validate_checkpoint
 from interplab.zoo.registry import get_recipe
 
 

@@ -34,3 +34,66 @@ def test_timeit_median_and_discovery():
     found, errors = harness.discover()
     assert isinstance(found, dict) and isinstance(errors, dict)
     assert "harness" not in found
+
+
+def _fake_package(root, name):
+    pkg = root / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    ok = "dict(ours=1.0, anchor=2.0, ratio=2.0, goal='>=2x', ok=True)"
+    (pkg / "bench_a_table.py").write_text(
+        "import sys\n"
+        f"def good():\n    return {ok}\n"
+        "def exits():\n    sys.exit(3)\n"
+        "def raises():\n    raise RuntimeError('boom')\n"
+        "BENCHMARKS = {'a_good': good, 'a_exits': exits, 'a_raises': raises}\n")
+    # a script whose argparse would choke on the harness's arguments ("all") if it ran in the harness's process
+    (pkg / "bench_b_argparse.py").write_text(
+        "import argparse\n"
+        "if __name__ == '__main__':\n"
+        "    argparse.ArgumentParser().parse_args()\n"
+        "    print('BENCH name=b_script ours=0.5 anchor=1.0 ratio=2.0 goal=>=2x ok=True extra={}')\n")
+    (pkg / "bench_c_crash.py").write_text(
+        "if __name__ == '__main__':\n"
+        "    print('BENCH name=c_partial ours=1 anchor=1 ratio=1 goal=g ok=False extra={}', flush=True)\n"
+        "    raise SystemExit(5)\n")
+    (pkg / "bench_d_silent.py").write_text("print('no bench lines here')\n")
+    (pkg / "bench_e_last.py").write_text(f"BENCHMARKS = {{'e_last': lambda: {ok}}}\n")
+    return name
+
+
+def test_all_runs_every_benchmark_even_when_some_exit_or_fail(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pkg = _fake_package(tmp_path, "fakebench_all")
+    found, errors = harness.discover(pkg)
+    assert not errors
+    assert set(found) == {"a_good", "a_exits", "a_raises", "b_argparse", "c_crash", "d_silent", "e_last"}
+    md = tmp_path / "bench.md"
+    rc = harness.main(["all", "--markdown", str(md)], package=pkg)
+    out = capsys.readouterr().out
+    assert rc == 1  # failures are recorded and reported in the exit status ...
+    # ... but every benchmark ran, in order, the ones after the failures included
+    assert "BENCH name=a_good " in out and "BENCH name=e_last " in out and "BENCH name=b_script " in out
+    for failed in ("a_exits", "a_raises", "c_crash", "d_silent"):
+        assert f"BENCH name={failed} error=" in out
+    assert "BENCH name=c_partial " in out  # lines printed before a crash are kept
+    table = md.read_text()
+    assert table.startswith("Machine: ") and harness.md_header() in table
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ") and not ln.startswith("| benchmark")]
+    names = [r.split("|")[1].strip() for r in rows]
+    assert names == ["a_exits", "a_good", "a_raises", "b_script", "c_partial", "c_crash", "d_silent", "e_last"]
+    assert "**failed**" in rows[names.index("a_exits")] and "SystemExit" in rows[names.index("a_exits")]
+    assert "status 5" in rows[names.index("c_crash")] and "no BENCH line" in rows[names.index("d_silent")]
+    assert "| yes |" in rows[names.index("b_script")]
+
+
+def test_every_real_benchmark_module_is_discovered():
+    import pkgutil
+
+    import benchmarks
+
+    found, errors = harness.discover()
+    modules = {i.name[len("bench_"):] for i in pkgutil.iter_modules(benchmarks.__path__) if i.name.startswith("bench_")}
+    assert not errors
+    assert modules == {topic for topic, _ in found.values()}
+    assert "pcfg" in modules

@@ -122,21 +122,22 @@ def test_run_next_token_end_to_end_and_export(ckpt, tmp_path, capsys):
         o = ref(ids, output_attentions=True)
     probs = torch.softmax(o.logits[0, -1].double(), -1)
     p, idx = torch.topk(probs, 7)
-    top = run.table("top_tokens")
+    res = run.result("next_token")
+    top = res.top
     assert list(top["token_id"]) == idx.tolist()
     np.testing.assert_allclose(top["prob"].to_numpy(), p.numpy(), atol=1e-5)
     assert list(top["token"]) == tok.convert_ids_to_tokens(idx.tolist())
 
-    arrs = run.arrays("attention")
+    pattern = res.pattern
     n = ids.shape[1]
-    assert arrs["pattern"].shape == (4, n, n) and arrs["input_ids"].tolist() == ids[0].tolist()
-    np.testing.assert_allclose(arrs["pattern"], o.attentions[1][0].numpy(), atol=1e-5)
-    np.testing.assert_allclose(arrs["pattern"].sum(-1), 1.0, atol=1e-5)
-    assert np.all(np.triu(arrs["pattern"], 1) == 0)  # causal
+    assert pattern.shape == (4, n, n) and res.input_ids == ids[0].tolist() and res.layer == 1
+    np.testing.assert_allclose(pattern, o.attentions[1][0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(pattern.sum(-1), 1.0, atol=1e-5)
+    assert np.all(np.triu(pattern, 1) == 0)  # causal
 
     figs = run.figures
     assert set(figs) == {"attention", "top_tokens"}
-    np.testing.assert_allclose(np.asarray(figs["attention"].data[0].z, dtype=float), arrs["pattern"][2], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(figs["attention"].data[0].z, dtype=float), pattern[2], atol=1e-6)
     assert (run_path / "figures" / "attention.html").exists()
 
     # export re-renders every saved figure

@@ -1,6 +1,7 @@
 """Experiment registry: discovery, typed --set parsing, run_experiment's run lifecycle."""
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,53 @@ def test_build_config_parses_by_field_type():
                      ({"nope": "1"}, "valid keys: n (int, default 3)")]:
         with pytest.raises(ConfigError, match=re.escape(msg)):
             reg.build_config(DemoCfg, bad)  # noqa: PT012
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclass
+class ListCfg:
+    alphas: list[float] = field(default_factory=lambda: [0.0, 0.25])
+    layers: list[int] = field(default_factory=lambda: [1])
+    tasks: list[str] = field(default_factory=lambda: ["a"])
+    pair: tuple[int, float] = (1, 0.5)
+    ks: tuple[int, ...] = (1, 2)
+    maybe: Optional[list[int]] = None
+    limit: int | None = None
+    mode: Literal["x", "y"] = "x"
+    modes: list[Literal["x", "y"]] = field(default_factory=lambda: ["x"])
+    color: Color = Color.RED
+    colors: list[Color] = field(default_factory=lambda: [Color.RED])
+
+
+@pytest.mark.parametrize("key, text, want", [
+    ("alphas", "0,0.25,1e-3", [0.0, 0.25, 1e-3]), ("alphas", "[0, 0.5]", [0.0, 0.5]), ("alphas", "", []),
+    ("alphas", "2", [2.0]), ("layers", "1, 2 ,3", [1, 2, 3]), ("layers", "[4,5]", [4, 5]),
+    ("tasks", "copy,reverse", ["copy", "reverse"]), ("tasks", "[copy, reverse]", ["copy", "reverse"]),
+    ("tasks", '["a,b", "c"]', ["a,b", "c"]), ("pair", "3,0.25", (3, 0.25)), ("ks", "4,5,6", (4, 5, 6)),
+    ("maybe", "none", None), ("maybe", "7,8", [7, 8]), ("limit", "null", None), ("limit", "9", 9),
+    ("mode", "y", "y"), ("modes", "y,x", ["y", "x"]), ("color", "blue", Color.BLUE), ("color", "BLUE", Color.BLUE),
+    ("color", "Blue", Color.BLUE), ("colors", "red,BLUE", [Color.RED, Color.BLUE]),
+])
+def test_set_parses_lists_tuples_optionals_literals_enums(key, text, want):
+    got = getattr(reg.build_config(ListCfg, reg.parse_overrides([f"{key}={text}"])), key)
+    assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize("key, text, expected", [
+    ("alphas", "0,x", "alphas: expected list[float]"), ("layers", "1,2.5", "layers: expected list[int]"),
+    ("layers", "[1,2", "expected list[int]"), ("pair", "1,2,3", "tuple[int, float]"),
+    ("maybe", "1,q", "maybe: cannot parse '1,q' as Optional[list[int]]"), ("limit", "abc", "int | None"),
+    ("mode", "z", "mode: 'z' is not one of ['x', 'y']"), ("modes", "x,z", "modes: expected list[Literal['x', 'y']]"),
+    ("color", "green", "color: 'green' is not one of ['RED', 'BLUE']"), ("colors", "red,green", "list[Color]"),
+])
+def test_bad_set_values_name_the_field_and_type(key, text, expected):
+    with pytest.raises(ConfigError) as e:
+        reg.build_config(ListCfg, {key: text})
+    assert expected in str(e.value), str(e.value)
 
 
 def test_parse_overrides():

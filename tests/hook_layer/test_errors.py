@@ -48,6 +48,23 @@ def test_corrupt_checkpoints(tmp_path, llama_ckpt):
         interplab.load_model(str(bad))
 
 
+def test_zoo_names_verify_checksums(tmp_path, llama_ckpt, monkeypatch):
+    import json
+    import shutil
+
+    from interplab.models.checkpoints import sha256_file
+
+    org = tmp_path / "home" / "zoo" / "my-organism"
+    shutil.copytree(llama_ckpt, org)
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    (org / "checksums.json").write_text(json.dumps({"model.safetensors": sha256_file(org / "model.safetensors")}))
+    assert interplab.load_model("zoo:my-organism").n_layers == 3
+    (org / "checksums.json").write_text(json.dumps({"model.safetensors": "0" * 64}))
+    with pytest.raises(CheckpointError, match="sha256"):
+        interplab.load_model("zoo:my-organism")
+    interplab.load_model(str(org))  # a plain directory is not hashed on every load
+
+
 def test_bad_sites(llama):
     with pytest.raises(SiteError, match="out of range.*3 layers") as e:
         llama.run("w1", capture=["resid_post.7"])

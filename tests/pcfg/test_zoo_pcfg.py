@@ -11,7 +11,7 @@ NAMES = ("pcfg-L2", "pcfg-L4", "pcfg-L6", "pcfg-rcnf-L4")
 
 
 def test_registered_and_shipped_small():
-    from interplab.train.checkpoint import validate_checkpoint
+    from interplab.models.checkpoints import validate_checkpoint
     from interplab.zoo.registry import get_recipe
     from interplab.zoo.recipes.pcfg import grammar_of, make_grammar
 

@@ -141,7 +141,8 @@ def test_grad_clip_bounds_update(tok):
 def test_save_validate_and_corruption(tok, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from interplab.train.checkpoint import load_checkpoint, save_checkpoint, validate_checkpoint
+    from interplab.models.checkpoints import validate_checkpoint
+    from interplab.train.checkpoint import load_checkpoint, save_checkpoint
 
     model = tiny(tok)
     d = save_checkpoint(model, tok, tmp_path / "ck", train_info={"x": 1})

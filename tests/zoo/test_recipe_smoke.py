@@ -42,7 +42,7 @@ def test_smoke_build_every_recipe_deterministic(home):
         assert card["train"]["steps_done"] == 30, name
         assert card["train"]["final_loss"] < card["train"]["first_losses"][0], name
         assert card["metrics"], name
-    assert cards["toy-chat"]["extra"]["parent_dir"].endswith("toy-base")
+    assert cards["toy-chat"]["extra"]["parent"] == "zoo:toy-base"
     m = AutoModelForCausalLM.from_pretrained(home / "toy-chat")
     assert m.config.num_key_value_heads < m.config.num_attention_heads
     # same recipe + seed -> identical first 20 losses (a second build of each from-scratch family)

@@ -99,6 +99,19 @@ def test_custom_build_resolve_order_and_corruption(home, custom_recipe):
     assert resolve_mod.resolve("test-custom") == p
 
 
+def test_zoo_records_names_not_paths(home, tmp_path):
+    from interplab.models.zoo_dirs import zoo_name_of
+    from interplab.train.finetune import _parent_name
+
+    (home / "home" / "zoo" / "a").mkdir(parents=True)
+    (home / "shipped" / "b").mkdir(parents=True)
+    assert zoo_name_of(home / "home" / "zoo" / "a") == "zoo:a"
+    assert zoo_name_of(home / "shipped" / "b") == "zoo:b"
+    assert zoo_name_of(tmp_path / "elsewhere" / "a") is None
+    assert _parent_name(home / "shipped" / "b") == "zoo:b" and _parent_name("zoo:c") == "zoo:c"
+    assert _parent_name(str(tmp_path / "x")) == str(tmp_path / "x") and _parent_name(object()) is None
+
+
 def test_cli(home, custom_recipe, capsys):
     from interplab.zoo.cli import main
 

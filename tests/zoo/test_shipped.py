@@ -33,7 +33,7 @@ def hf():
 
 
 def test_all_shipped_present_valid_and_small():
-    from interplab.train.checkpoint import validate_checkpoint
+    from interplab.models.checkpoints import validate_checkpoint
     from interplab.zoo import resolve
 
     total = 0

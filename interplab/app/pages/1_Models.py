@@ -9,7 +9,7 @@ st.set_page_config(page_title="interplab · Models", page_icon=":microscope:", l
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
-from interplab.experiments.models import model_summary, next_token_report, suggest_prompt  # noqa: E402
+from interplab.probes.next_token import model_summary, next_token_report, suggest_prompt  # noqa: E402
 from interplab.figures.models import attention_figure, top_tokens_figure  # noqa: E402
 
 st.title("Models")

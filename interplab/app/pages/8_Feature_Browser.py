@@ -141,7 +141,7 @@ with st.expander("Special-token features (paper App. F ranking)"):
 st.subheader("Steer with this feature")
 s1, s2, s3, s4 = st.columns([3, 1, 1, 1])
 with s1:
-    from interplab.experiments.models import suggest_prompt
+    from interplab.probes.next_token import suggest_prompt
 
     prompt = st.text_input("User message", value=suggest_prompt(model), key="fb_steer_prompt",
                            help="a user turn; rendered with the chat template and a generation prompt")

@@ -44,12 +44,11 @@ def trad_edit(layer: int, vector, scale: float = 1.0):
 def decode_edit(layer: int, vector, scale: float = 1.0, stage: int | None = None):
     """Steer only generated tokens (decode steps); with `stage`, only the first `stage` of them (positions < T +
     stage, as `SubspaceProjection(stage=...)`)."""
-    from interplab.interventions import Steer
-    from interplab.interventions.projection import staged_positions
+    from interplab.interventions import Steer, first_decode_steps
 
     if stage is not None and int(stage) < 1:
         raise ConfigError(f"stage must be >= 1; got {stage}")
-    pos = "all" if stage is None else staged_positions(int(stage))
+    pos = "all" if stage is None else first_decode_steps(int(stage))
     return Steer(f"resid_post.{int(layer)}", vector, positions=pos, scale=scale, phases=("decode",))
 
 

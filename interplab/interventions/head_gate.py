@@ -33,7 +33,10 @@ GATE_SITES = ("z", "attn_out_chunks")
 
 
 def _map(scores) -> np.ndarray:
-    s = np.asarray(getattr(scores, "scores", scores), dtype=np.float64)
+    try:
+        s = np.asarray(getattr(scores, "scores", scores), dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ShapeError(f"scores must be a numeric [n_layers, n_heads] map (or TruthScores); {exc}") from None
     if s.ndim != 2:
         raise ShapeError(f"scores must be a [n_layers, n_heads] map (or TruthScores), got shape {s.shape}")
     if not np.isfinite(s).all():

@@ -85,8 +85,9 @@ class NextTokenResult(Result):
         return self.top.copy()
 
 
-def next_token_report(model, prompt: str, *, layer: int = 0, top_k: int = 10) -> NextTokenResult:
-    """One forward of `prompt`: the `top_k` most likely next tokens and `attn_pattern.<layer>` for every head."""
+def next_token_report(model, prompt: str, *, layer: int = 0, top_k: int = 10, edits=()) -> NextTokenResult:
+    """One forward of `prompt` (under `edits`, if any): the `top_k` most likely next tokens and
+    `attn_pattern.<layer>` for every head."""
     import pandas as pd
     import torch
 
@@ -97,7 +98,7 @@ def next_token_report(model, prompt: str, *, layer: int = 0, top_k: int = 10) ->
     top_k = min(int(top_k), int(model.d_vocab))
     site = f"attn_pattern.{int(layer)}"
     with torch.no_grad():
-        out = model.run(prompt, capture=[site])
+        out = model.run(prompt, capture=[site], edits=list(edits))
     ids = out.batch.input_ids[0]
     mask = out.batch.attention_mask[0].bool()
     ids = ids[mask].tolist()  # one prompt: no padding, but be exact
@@ -116,4 +117,20 @@ def next_token_report(model, prompt: str, *, layer: int = 0, top_k: int = 10) ->
     pat = out.cache[site][0].float()  # [h, q, k]
     pat = pat[:, mask][:, :, mask].cpu().numpy()
     return NextTokenResult(prompt=prompt, tokens=tokens, input_ids=ids, layer=int(layer), top=top, pattern=pat,
-                           config={"model": str(getattr(model, "name", "")), "layer": int(layer), "top_k": top_k})
+                           config={"model": str(getattr(model, "name", "")), "layer": int(layer), "top_k": top_k,
+                                   "edits": [repr(e) for e in edits]})
+
+
+def token_steer(model, token: str, layer: int, scale: float):
+    """A `Steer` at `resid_post.<layer>` along the unembedding direction of `token` (unit norm × `scale`): the
+    simplest edit whose effect one can predict (it pushes that token up)."""
+    import torch
+
+    from interplab.interventions import Steer
+
+    ids = model.tokenizer.convert_tokens_to_ids([token])
+    unk = getattr(model.tokenizer, "unk_token_id", None)
+    if not ids or ids[0] is None or (unk is not None and ids[0] == unk and token != model.tokenizer.unk_token):
+        raise InputError(f"{token!r} is not a token of {model.name}; pick one from the tokenizer's vocabulary")
+    w = model.unembedding()[0][:, ids[0]]
+    return Steer(f"resid_post.{int(layer)}", (w / w.norm()).to(torch.float32), scale=float(scale))

@@ -9,7 +9,8 @@ st.set_page_config(page_title="interplab · Models", page_icon=":microscope:", l
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
-from interplab.probes.next_token import model_summary, next_token_report, suggest_prompt  # noqa: E402
+from interplab.interventions import Ablate  # noqa: E402
+from interplab.probes.next_token import model_summary, next_token_report, suggest_prompt, token_steer  # noqa: E402
 from interplab.figures.models import attention_figure, top_tokens_figure  # noqa: E402
 
 st.title("Models")
@@ -25,6 +26,12 @@ model = require_model(name, backend, device, dtype)
 def _report(key: tuple, prompt: str, layer: int, top_k: int, _model=None):
     # `key` = (normalized name, backend, device, dtype) identifies the model; `_model` is not hashed.
     return next_token_report(_model, prompt, layer=layer, top_k=top_k)
+
+
+@st.cache_data(max_entries=32, show_spinner="Running the prompt under the edit...")
+def _report_edited(key: tuple, prompt: str, top_k: int, edit_key: tuple, _model=None, _edits=()):
+    # `edit_key` (the edit's full description) identifies the edits; the Edit objects themselves are not hashed
+    return next_token_report(_model, prompt, layer=0, top_k=top_k, edits=_edits)
 
 
 summary = model_summary(model)
@@ -74,7 +81,7 @@ except InterplabError as exc:
 st.markdown(f"**Tokens ({len(res.tokens)}):** " + " ".join(f"`{t}`" for t in res.tokens))
 left, right = st.columns([2, 3])
 with left:
-    st.markdown("**Top next tokens**")
+    st.markdown(f"**Top next tokens** — top token `{res.top.iloc[0]['token']}`, p = {res.top.iloc[0]['prob']:.4f}")
     st.dataframe(res.top.assign(prob=res.top["prob"].round(4), logit=res.top["logit"].round(3)),
                  hide_index=True, key="top_tokens_table")
 with right:
@@ -83,3 +90,45 @@ with right:
 st.subheader(f"Attention pattern · layer {int(layer)}, head {int(head)}")
 show_figure(attention_figure(res.pattern[int(head)], res.tokens, layer=int(layer), head=int(head)),
             key="attention", filename=f"attention_L{int(layer)}H{int(head)}")
+
+st.subheader("Intervene")
+st.caption("The same prompt under one explicit edit, next to the clean run. Settings can come from the URL "
+           "(`?edit=steer&token=w5&layer=1&scale=8` or `?edit=ablate&layer=0&heads=0,1`), so a view can be shared.")
+_q = st.query_params
+_kinds = ["none", "steer", "ablate"]
+e1, e2, e3, e4 = st.columns([1, 1, 2, 1])
+with e1:
+    edit_kind = st.selectbox("Edit", _kinds, index=_kinds.index(_q.get("edit", "none")) if _q.get("edit", "none")
+                             in _kinds else 0, key="models_edit_kind")
+with e2:
+    edit_layer = st.number_input("Edit layer", min_value=0, max_value=model.n_layers - 1, step=1,
+                                 value=min(int(_q.get("layer", 0) or 0), model.n_layers - 1), key="models_edit_layer")
+edits, edit_label = [], "no edit"
+try:
+    if edit_kind == "steer":
+        with e3:
+            token = st.text_input("Steer toward token", value=_q.get("token", res.top["token"].iloc[-1]),
+                                  key="models_edit_token")
+        with e4:
+            scale = st.number_input("Scale", value=float(_q.get("scale", 8.0)), key="models_edit_scale")
+        edits = [token_steer(model, token, int(edit_layer), float(scale))]
+        edit_label = f"steer toward {token!r} at resid_post.{int(edit_layer)}, scale {scale:g}"
+    elif edit_kind == "ablate":
+        with e3:
+            heads_txt = st.text_input("Heads to zero (comma-separated)", value=_q.get("heads", "0"),
+                                      key="models_edit_heads")
+        heads = [int(h) for h in heads_txt.split(",") if h.strip()]
+        edits = [Ablate(f"attn_z.{int(edit_layer)}", heads=heads)]
+        edit_label = f"zero heads {heads} at attn_z.{int(edit_layer)}"
+    if edits:
+        edited = _report_edited((state.normalize_name(name), backend, device, dtype), prompt, int(top_k),
+                                (edit_label,), _model=model, _edits=edits)
+except (InterplabError, ValueError) as exc:
+    st.error(f"Cannot apply this edit: {exc}")
+    st.stop()
+if edits:
+    top1 = edited.top.iloc[0]
+    st.markdown(f"**Top next tokens under the edit** ({edit_label}) — top token `{top1['token']}`, "
+                f"p = {top1['prob']:.4f}")
+    st.dataframe(edited.top.assign(prob=edited.top["prob"].round(4), logit=edited.top["logit"].round(3)),
+                 hide_index=True, key="edited_tokens_table")

@@ -107,3 +107,24 @@ def test_grammar_text(text):
     from interplab.grammar import PCFG
 
     _ok_or_typed(PCFG.from_string, text)
+
+
+@FAST
+@given(shapes, st.sampled_from([np.float64, np.float32, np.int64, object]), st.integers(1, 5), st.integers(1, 5))
+def test_score_maps(shape, dtype, n_layers, n_heads):
+    from interplab.probes.truth import TruthScores
+
+    arr = np.full(shape, 0.5, dtype=dtype) if dtype is not object else np.full(shape, "x", dtype=object)
+    ts = _ok_or_typed(TruthScores.from_array, arr, n_layers=n_layers, n_heads=n_heads)
+    if ts is not None:
+        assert ts.scores.shape == (n_layers, n_heads)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.binary(max_size=200))
+def test_score_map_files(tmp_path_factory, blob):
+    from interplab.probes.truth import TruthScores
+
+    p = tmp_path_factory.mktemp("npy") / "converted_score_cv5_head_metrics_m_d.npy"
+    p.write_bytes(blob)
+    _ok_or_typed(TruthScores.from_npy, p)

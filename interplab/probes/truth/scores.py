@@ -183,7 +183,10 @@ class TruthScores(Result):
                    provenance: dict | None = None) -> "TruthScores":
         """Wrap a bare [L, H] accuracy map (e.g. a released .npy). Fold metrics become one pseudo-fold holding the
         map itself (precision/recall/F1 NaN). Give n_layers/n_heads to assert orientation."""
-        s = np.asarray(scores, dtype=np.float64)
+        try:
+            s = np.asarray(scores, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ShapeError(f"a Truth-Score map must be numeric [n_layers, n_heads]; {exc}") from None
         if s.ndim != 2:
             raise ShapeError(f"a Truth-Score map must be 2-D [n_layers, n_heads], got shape {s.shape}")
         if n_layers is not None or n_heads is not None:
@@ -201,7 +204,12 @@ class TruthScores(Result):
         p = Path(path)
         if not p.exists():
             raise DataError(f"score file {p} does not exist")
-        arr = np.load(p, allow_pickle=False)
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:
+            raise DataError(f"{p} is not a readable .npy score map ({type(exc).__name__}: {exc}); released maps are "
+                            "float64 [layer, query head] arrays saved with numpy.save (pickled arrays are refused)") \
+                from None
         name = model or p.stem.replace("converted_score_cv5_head_metrics_", "")
         return cls.from_array(arr, model=name, n_layers=n_layers, n_heads=n_heads,
                               provenance={"source": str(p), "kind": "released TruthProbe map (raw accuracies)"})

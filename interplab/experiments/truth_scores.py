@@ -88,6 +88,7 @@ def truth_scores_experiment(cfg: TruthScoresExpConfig, run) -> None:
                          data_seed=cfg.data_seed, fmt=cfg.fmt, top_k_frac=cfg.top_k_frac, ablation=cfg.ablation)
     run.save_result("truth_scores", res)
     run.save_json("summary", res.summary())
+    run.save_table("scores", res.scores.to_frame())  # the tidy per-head table (fold means), for spreadsheets
     ts, em, fmts = res.scores, res.evidence_mass, cfg.figure_formats
     save_figure(run, "heatmap", F.score_heatmap(ts), fmts)
     save_figure(run, "evidence_scatter", F.evidence_scatter(ts, em, rho=res.rho_evidence), fmts)
@@ -126,6 +127,8 @@ def lineage_experiment(cfg: LineageExpConfig, run) -> None:
     run.save_result("lineage", res)
     run.save_json("summary", res.summary())
     fmts = cfg.figure_formats
+    for role, org in res.organisms().items():
+        run.save_table(f"scores_{role}", org.scores.to_frame())
     for role, org in res.organisms().items():
         save_figure(run, f"heatmap_{role}", F.score_heatmap(org.scores, title=f"Truth Scores: {role} ({org.model})"),
                     fmts)
@@ -182,4 +185,5 @@ def gating_sweep_experiment(cfg: GatingSweepConfig, run) -> None:
                        modes=cfg.modes, sites=cfg.sites, alphas=cfg.alphas)
     run.save_result("sweep", res)
     run.save_json("summary", res.summary())
+    run.save_table("source_scores", res.source_scores.to_frame())
     save_figure(run, "sweep", F.gating_sweep(res.table), cfg.figure_formats)

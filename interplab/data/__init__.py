@@ -21,6 +21,10 @@ _export("corpus", "load_corpus")
 _export("bpe", "train_bpe")
 _export("chat", "CHAT_TEMPLATE", "render_chat", "IM_START", "IM_END")
 _export("tokenizers", "build_word_tokenizer")
+_export("files", "read_records", "open_source", "load_hub", "require_columns", "preview", "HubUnavailableError",
+        "hub_offline")
+_export("user", "USER_COLUMNS", "check_user_file", "user_records")
+_export("scoring", "parse_halueval", "halueval_metrics", "parse_final_answer", "answer_correct")
 
 
 def __getattr__(name: str):

@@ -236,7 +236,7 @@ def test_final_answer_scoring():
     assert parse_number("x -3.0") == "-3" and parse_choice("", "AB") == ""
     assert answer_correct("Final answer: 1203", "1203", "numeric")
     assert not answer_correct("Final answer:", "1203", "numeric")
-    res = accuracy(["Final answer: A", "garbage ###", "Final answer: B"], ["A", "A", "A"], "mc", "AB")
+    res = accuracy(["Final answer: A", "### 99 ###", "Final answer: B"], ["A", "A", "A"], "mc", "AB")
     assert res["accuracy"] == pytest.approx(1 / 3)
     assert res["extraction_rate"] == pytest.approx(2 / 3)
 

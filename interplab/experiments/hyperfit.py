@@ -48,7 +48,8 @@ def _load(name: str, device: str):
 def _models(cfg: HyperfitModels) -> tuple[Any, dict]:
     torch.set_num_threads(max(1, int(cfg.threads)))
     base = _load(cfg.base, cfg.device)
-    targets = {name.split(":")[-1]: _load(name, cfg.device) for name in cfg.targets}
+    # a target's short name names its artifacts: the zoo name's tail or a checkpoint folder's name (never a path)
+    targets = {name.split(":")[-1].rstrip("/").split("/")[-1]: _load(name, cfg.device) for name in cfg.targets}
     return base, targets
 
 

@@ -284,3 +284,15 @@ def test_text_corpus_filters_wikitext_headings(tmp_path):
     assert list(text_corpus.texts(p)) == ["The game is fun ."]
     with pytest.raises(DataError, match="'body'"):
         list(text_corpus.texts(p, field="body"))
+
+
+def test_pool_to_user_rows(tmp_path):
+    from interplab.data.user import parse_choices
+
+    p = _jsonl(tmp_path / "piqa.jsonl", [POOL_FIXTURES["piqa"]] * 2 + [POOL_FIXTURES["piqa"] | {"label": 1}])
+    rows = list(pool.to_user_rows(pool.pool_examples("piqa", p, seed=None)))
+    assert [r["answer"] for r in rows] == [" A", " A", " B"]
+    assert rows[0]["choices"] == [" A", " B"] and rows[0]["prompt"].endswith("\nFinal answer:")
+    assert parse_choices(rows[0]["choices"]) == [" A", " B"]
+    g = _jsonl(tmp_path / "g.jsonl", [POOL_FIXTURES["gsm8k"]])
+    assert "choices" not in next(pool.to_user_rows(pool.pool_examples("gsm8k", g, seed=None)))

@@ -23,7 +23,7 @@ from interplab.core.errors import ConfigError, DataError
 from interplab.data.files import open_source
 
 __all__ = ["POOL_TASKS", "H1_TASKS", "LOTO_TASKS", "NUMERIC_TEMPLATES", "YESNO_TEMPLATES", "MC_TEMPLATES",
-           "ANSWER_PREFIX", "PoolTask", "PoolExample", "template_id", "build_prompt", "pool_examples"]
+           "ANSWER_PREFIX", "PoolTask", "PoolExample", "template_id", "build_prompt", "pool_examples", "to_user_rows"]
 
 LETTERS = "ABCDEFGH"
 ANSWER_PREFIX = "\nFinal answer:"
@@ -235,3 +235,16 @@ def pool_examples(task: str, source=None, *, split: str = "calib", limit: int | 
         n += 1
         if limit is not None and n >= limit:
             return
+
+
+def to_user_rows(examples, *, answer_prefix: str = ANSWER_PREFIX) -> Iterator[dict]:
+    """DecodeShare user-file rows {task, prompt, answer, choices} from PoolExamples, in the paper's forced-choice
+    form: the prompt ends with the teacher-forced `answer_prefix` (unless it already does), answers and choices are
+    the label tokens with a leading space (" A", " Yes", " 72"; numeric tasks have no choices and score by
+    exact match of the generated number)."""
+    for e in examples:
+        prompt = e.prompt if e.prompt.rstrip().endswith(answer_prefix.strip()) else e.prompt.rstrip() + answer_prefix
+        row = {"task": e.task, "prompt": prompt, "answer": f" {e.gold}"}
+        if e.candidates:
+            row["choices"] = [f" {c}" for c in e.candidates]
+        yield row

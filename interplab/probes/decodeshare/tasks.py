@@ -116,6 +116,10 @@ def _candidate_lists(rows: list[dict], rng: np.random.Generator, max_candidates:
     """Each row's forced-choice candidates: its `choices`, else the task's distinct answers (gold plus up to
     max_candidates - 1 others, seeded), so every row of a task without choices has the same candidate count."""
     if all(r.get("choices") for r in rows):
+        sizes = sorted({len(r["choices"]) for r in rows})
+        if len(sizes) > 1:
+            raise InputError(f"task {rows[0]['task']!r}: every row needs the same number of choices (forced choice "
+                             f"scores one candidate list per prompt), got {sizes}; repeat a choice to pad")
         return [list(r["choices"]) for r in rows]
     if any(r.get("choices") for r in rows):
         raise InputError(f"task {rows[0]['task']!r}: give `choices` on every row or on none")

@@ -233,3 +233,22 @@ def test_hyperfit_geometry_cli_with_data(llama_ckpt, checkpoint_factory, tmp_pat
     run, cfg = _one_run(out)
     assert str(p) in json.dumps(cfg)
     assert len(pd.read_csv(run / "tables" / "geometry.csv")) > 0
+
+
+def test_decodeshare_user_rows_reproduce_the_organism_encoding():
+    """A user file written from the organism's own multitask examples gives the same token ids and the same
+    baseline accuracy as the organism's native data path (so the user route adds no tokenisation drift)."""
+    import interplab
+    from interplab.probes.decodeshare import evaluate_condition
+    from interplab.probes.decodeshare.tasks import multitask_sets, user_task_sets
+
+    m = interplab.load_model("zoo:toy-base")
+    native = multitask_sets(m, ["copy"], 6, seed=0, split="test", fmt="raw")["copy"]
+    rows = [{"task": "copy", "prompt": f"copy {' '.join(ex.meta['x'])} sep", "answer": " ".join(ex.response),
+             "choices": None, "split": "test"} for ex in native.examples]
+    _, ev = user_task_sets(m, rows + [dict(rows[0], split="train")])
+    assert ev["copy"].prompts == native.prompts and ev["copy"].answers == native.answers
+    assert ev["copy"].stop == native.stop
+    acc = [evaluate_condition(m, s, [], max_new_tokens=12).groupby("metric")["correct"].mean()["gen"]
+           for s in ({"copy": native}, ev)]
+    assert acc[0] == acc[1]

@@ -40,7 +40,8 @@ def data_box(method: str, key: str) -> str:
     from interplab.data.files import FILE_SUFFIXES
     from interplab.data.user import check_user_file, describe_columns
 
-    st.caption(f"Columns — {describe_columns(method)}. Formats: {', '.join(sorted(FILE_SUFFIXES))}. See docs/data.md.")
+    st.caption(f"Columns — {describe_columns(method)}. Formats: {', '.join(sorted(FILE_SUFFIXES))}. "
+               "See docs/data.md.")
     path = st.text_input("Path to a data file", key=f"{key}_path", placeholder="/path/to/data.jsonl")
     up = st.file_uploader("…or upload one", key=f"{key}_upload",
                           type=[s.lstrip(".") for s in FILE_SUFFIXES])

@@ -3,12 +3,13 @@
 | method      | required columns                                          | optional                 |
 |-------------|-----------------------------------------------------------|--------------------------|
 | truth       | text, label (1/0 or gold/hallucinated; 1 = context-supported) | -                    |
-| decodeshare | task, prompt, answer                                      | choices (JSON list or `|`-separated; the answer must be one of them), split (train/test) |
+| decodeshare | task, prompt, answer                                      | choices, split           |
 | crh         | concept, question, resp_no_concept, resp_with_concept     | qid, cid, concept_words  |
 | sae         | messages (JSONL: list of {role, content}) or user + assistant (CSV) | system, split  |
 | hyperfit    | text                                                      | split                    |
 
-Files are CSV, TSV, JSON, JSONL, Parquet or Arrow (`interplab.data.files`). `check_user_file` is what the app's data
+DecodeShare `choices` is a JSON list or `a|b|c` (the answer must be one of them; the same count on every row of a
+task), `split` is train/test. Files are CSV, TSV, JSON, JSONL, Parquet or Arrow (`interplab.data.files`). `check_user_file` is what the app's data
 box and every `--set data=PATH` run call first: it reads the first rows only and raises `DataError` naming the
 missing column.
 """

@@ -35,7 +35,8 @@ name, backend = model_picker("model")
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
 
-    run_with_data("decodeshare", data_box("decodeshare", key="ds_data"), key="ds_data", overrides={"model": name, "backend": backend, "parts": "table"})
+    run_with_data("decodeshare", data_box("decodeshare", key="ds_data"), key="ds_data",
+                  overrides={"model": name, "backend": backend, "parts": "table"})
 
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)

@@ -25,7 +25,8 @@ name, backend = model_picker("model")
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
 
-    run_with_data("sae", data_box("sae", key="sae_data"), key="sae_data", overrides={"model": name})
+    run_with_data("sae", data_box("sae", key="sae_data"), key="sae_data",
+                  overrides={"model": name})
 
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)

@@ -296,3 +296,28 @@ def test_pool_to_user_rows(tmp_path):
     assert parse_choices(rows[0]["choices"]) == [" A", " B"]
     g = _jsonl(tmp_path / "g.jsonl", [POOL_FIXTURES["gsm8k"]])
     assert "choices" not in next(pool.to_user_rows(pool.pool_examples("gsm8k", g, seed=None)))
+
+
+def test_hub_route_streams_with_the_adapters_ids(monkeypatch):
+    """Online, an adapter asks `datasets` for a streamed split of its hub id/config; a load failure becomes the typed
+    error. (`datasets.load_dataset` is replaced: no network here.)"""
+    import datasets
+
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    calls = []
+
+    def fake(name, config=None, *, split, streaming, revision=None):
+        calls.append((name, config, split, streaming))
+        return iter([POOL_FIXTURES["arc_challenge"]] * 3)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    exs = list(pool.pool_examples("arc_challenge", split="eval", limit=2, seed=None))
+    assert calls == [("allenai/ai2_arc", "ARC-Challenge", "test", True)] and len(exs) == 2
+
+    def broken(*a, **k):
+        raise ConnectionError("no route to host")
+
+    monkeypatch.setattr(datasets, "load_dataset", broken)
+    with pytest.raises(files.HubUnavailableError, match="no route to host.*to_json"):
+        next(halueval.truth_probe_items())

@@ -1,4 +1,6 @@
-"""Synthetic task generators, chat formatting, tokenizers and the offline text corpus (names re-exported lazily)."""
+"""Synthetic task generators, chat formatting, tokenizers, the offline text corpus, and real data: file and hub
+reading (`files`), dataset adapters (`adapters/`), answer scoring (`scoring`), user-file columns (`user`); names
+re-exported lazily."""
 from __future__ import annotations
 
 import importlib

@@ -252,3 +252,17 @@ def test_decodeshare_user_rows_reproduce_the_organism_encoding():
     acc = [evaluate_condition(m, s, [], max_new_tokens=12).groupby("metric")["correct"].mean()["gen"]
            for s in ({"copy": native}, ev)]
     assert acc[0] == acc[1]
+
+
+@pytest.mark.slow
+def test_sae_fast_vs_block_cli_with_data(llama_ckpt, tmp_path):
+    data = _chat_jsonl(tmp_path / "c.jsonl", n=30)
+    out = tmp_path / "runs"
+    assert _cli("run", "sae-fast-vs-block", "--set", f"model={llama_ckpt}", "--set", f"data={data}", "--set",
+                "architectures=standard", "--set", "methods=fast,bt_f,bt_p", "--set", "steps=6", "--set",
+                "gsnr_batches=2", "--set", "steer_alphas=0,1", "--set", "steer_prompts=2", "--set",
+                "max_new_tokens=2", "--set", "expansion=2", "--set", "batch_tokens=32", "--set", "context_size=32",
+                "--set", "n_train=20", "--set", "n_eval=4", "--set", "n_text=20", "--out", str(out)) == 0
+    run, cfg = _one_run(out)
+    assert str(data) in json.dumps(cfg)
+    assert set(pd.read_csv(run / "tables" / "results.csv")["method"]) >= {"FAST"}

@@ -1,4 +1,6 @@
-"""Synthetic task generators, chat formatting, tokenizers and the offline text corpus (names re-exported lazily)."""
+"""Synthetic task generators, chat formatting, tokenizers, the offline text corpus, and real data: file and hub
+reading (`files`), dataset adapters (`adapters/`), answer scoring (`scoring`), user-file columns (`user`); names
+re-exported lazily."""
 from __future__ import annotations
 
 import importlib
@@ -21,6 +23,10 @@ _export("corpus", "load_corpus")
 _export("bpe", "train_bpe")
 _export("chat", "CHAT_TEMPLATE", "render_chat", "IM_START", "IM_END")
 _export("tokenizers", "build_word_tokenizer")
+_export("files", "read_records", "open_source", "load_hub", "require_columns", "preview", "HubUnavailableError",
+        "hub_offline")
+_export("user", "USER_COLUMNS", "check_user_file", "user_records")
+_export("scoring", "parse_halueval", "halueval_metrics", "parse_final_answer", "answer_correct")
 
 
 def __getattr__(name: str):

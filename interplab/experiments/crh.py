@@ -51,7 +51,11 @@ class CRHToyConfig(ConceptStudyConfig):
     cylinder; test: steered samples); read_at: 'end' (the closing <|im_end|> of the assistant turn, same token in
     both rows) or 'last_response' (the last response word, as the repo's last token; mixes in token identity, B10);
     vocab_fallback: map toy words onto the model's own vocabulary when they are missing (smoke runs on random
-    checkpoints only); fmt: 'auto' (the organism card's data format), 'raw' or 'chat'."""
+    checkpoints only); fmt: 'auto' (the organism card's data format), 'raw' or 'chat'.
+    Real data (docs/data.md): data: a pair file (concept, question, resp_no_concept, resp_with_concept;
+    n_train caps the train pairs per concept); concepts=paper: the paper's 100 concepts (package data; n_concepts
+    caps them) elicited from the model on `questions` (a file of AlpacaEval rows; empty = the hub) with
+    max_new_tokens_pairs-token greedy answers."""
 
     model: str = "zoo:toy-chat"
     concepts: list[str] = field(default_factory=list)
@@ -60,6 +64,41 @@ class CRHToyConfig(ConceptStudyConfig):
     read_at: str = "end"
     vocab_fallback: bool = False
     fmt: str = "auto"
+    data: str = ""
+    questions: str = ""
+    n_concepts: int = 0
+    max_new_tokens_pairs: int = 32
+
+
+def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
+    """The study's ConceptData: a user pair file (data=...), the paper's concepts elicited on questions
+    (concepts=paper, questions=... a file with `instruction`/`question` rows, or empty = the AlpacaEval hub),
+    else the toy concepts."""
+    from interplab.probes.crh.real_data import paper_concept_data, user_concept_data
+
+    if cfg.data:
+        from interplab.data.user import user_records
+
+        data = user_concept_data(user_records("crh", cfg.data), n_test=cfg.n_test, seed=cfg.seed,
+                                 max_train=cfg.n_train)
+        if cfg.concepts:
+            data = [d for d in data if d.name in set(cfg.concepts)]
+        return data, [d.name for d in data]
+    if list(cfg.concepts) == ["paper"]:
+        from interplab.data.adapters.crh_concepts import alpaca_questions, paper_concepts
+
+        rows = paper_concepts(limit=cfg.n_concepts or None)
+        qs = list(alpaca_questions(cfg.questions or None, limit=cfg.n_train + cfg.n_test, seed=cfg.seed))
+        data = paper_concept_data(model, rows, qs, n_test=cfg.n_test, seed=cfg.seed,
+                                  max_new_tokens=cfg.max_new_tokens_pairs)
+        return data, [d.name for d in data]
+    from interplab.data.concepts import CONCEPT_NAMES
+    from interplab.probes.crh import toy_concept_data
+
+    names = list(cfg.concepts) or list(CONCEPT_NAMES)
+    return [toy_concept_data(model, n, n_train=cfg.n_train, n_test=cfg.n_test, seed=cfg.seed + 17 * i,
+                             read_at=cfg.read_at, vocab_fallback=cfg.vocab_fallback, fmt=cfg.fmt)
+            for i, n in enumerate(names)], names
 
 
 @register_experiment("crh-toy", config=CRHToyConfig,
@@ -69,23 +108,20 @@ def crh_toy(cfg: CRHToyConfig, run) -> None:
     import pandas as pd
 
     import interplab
-    from interplab.data.concepts import CONCEPT_NAMES
     from interplab.figures.crh import (baseline_curves, cylinder_scene, cylinder_stats_figure, pairwise_scatter,
                                        penalty_heatmaps, sector_polar, trig_law_figure)
-    from interplab.probes.crh import model_format, run_concept_study, toy_concept_data
+    from interplab.probes.crh import model_format, run_concept_study
 
     model = interplab.load_model(cfg.model)
-    names = list(cfg.concepts) or list(CONCEPT_NAMES)
-    data = [toy_concept_data(model, n, n_train=cfg.n_train, n_test=cfg.n_test, seed=cfg.seed + 17 * i,
-                             read_at=cfg.read_at, vocab_fallback=cfg.vocab_fallback, fmt=cfg.fmt)
-            for i, n in enumerate(names)]
+    data, names = _concept_data(cfg, model)
     study = run_concept_study(model, data, cfg)
     run.save_table("cylinder_stats", study.stats)
     save_figure(run, "cylinder_score", cylinder_stats_figure(study.stats, value="cylinder_score"))
     save_figure(run, "plane_explained", cylinder_stats_figure(study.stats, value="plane_explained"))
     L, c0 = study.steer_layer, study.concepts[names[0]]
-    summary = {"model": cfg.model, "steer_layer": L, "format": model_format(model) if cfg.fmt == "auto" else cfg.fmt,
-               **study.summary()}
+    source = cfg.data or ("paper" if list(cfg.concepts) == ["paper"] else "toy")
+    summary = {"model": cfg.model, "steer_layer": L, "data": source,
+               "format": model_format(model) if cfg.fmt == "auto" else cfg.fmt, **study.summary()}
     if study.steered:
         run.save_table("penalty_labels", study.pooled_penalty.to_frame())
         run.save_table("sector_bins", pd.concat([c.sector.bins_frame().assign(concept=n)

@@ -98,4 +98,11 @@ def save_study(run, study: DecodeShareStudy) -> None:
                           "variance- and energy-matched controls; LOTO; estimator x locus grid; alpha sweep; "
                           "steering overlap; optional patchback rescue rates (parts=...,patchback)")
 def decodeshare(cfg: DecodeShareConfig, run) -> None:
-    save_study(run, run_study(_load(cfg), cfg))
+    model = _load(cfg)
+    sets = None
+    if cfg.data:
+        from interplab.data.user import user_records
+        from interplab.probes.decodeshare.tasks import user_task_sets
+
+        sets = user_task_sets(model, user_records("decodeshare", cfg.data), seed=cfg.seed)
+    save_study(run, run_study(model, cfg, sets=sets))

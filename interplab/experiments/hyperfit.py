@@ -48,7 +48,8 @@ def _load(name: str, device: str):
 def _models(cfg: HyperfitModels) -> tuple[Any, dict]:
     torch.set_num_threads(max(1, int(cfg.threads)))
     base = _load(cfg.base, cfg.device)
-    targets = {name.split(":")[-1]: _load(name, cfg.device) for name in cfg.targets}
+    # a target's short name names its artifacts: the zoo name's tail or a checkpoint folder's name (never a path)
+    targets = {name.split(":")[-1].rstrip("/").split("/")[-1]: _load(name, cfg.device) for name in cfg.targets}
     return base, targets
 
 
@@ -78,9 +79,11 @@ def run_hyperfit_eval(cfg: HyperfitEvalConfig, run) -> None:
 @dataclass
 class GeometryConfig(GeometryReportConfig, HyperfitModels):
     """Per-layer geometry of base vs each target (`GeometryReportConfig`, `HyperfitModels`); n_texts: held-out
-    texts."""
+    texts; data: a text file of your own (a `text` column; docs/data.md) instead of the offline corpus's held-out
+    split (empty)."""
 
     n_texts: int = 200
+    data: str = ""
 
 
 @register_experiment("hyperfit-geometry", config=GeometryConfig,
@@ -90,7 +93,13 @@ def run_hyperfit_geometry(cfg: GeometryConfig, run) -> None:
     from interplab.figures.geometry import cos_l2_figure, eigen_spectrum_figure, pr_by_layer_figure
 
     base, targets = _models(cfg)
-    report = geometry_report(base, targets, heldout_texts(cfg.n_texts), cfg)
+    if cfg.data:
+        from interplab.probes.hyperfit.inputs import user_texts
+
+        texts = user_texts(cfg.data, cfg.n_texts)
+    else:
+        texts = heldout_texts(cfg.n_texts)
+    report = geometry_report(base, targets, texts, cfg)
     df = report.frame
     run.save_table("geometry", df)
     last = df[(df["layer"] == base.n_layers - 1)][["target", "site", "tokens", "bos", "pr_a", "pr_b", "delta_pr",

@@ -28,10 +28,20 @@ def _load(name: str, threads: int):
 
 @dataclass
 class SAEModel:
-    """model: model to load. threads: torch threads."""
+    """model: model to load. threads: torch threads. data: a chat file of your own (`messages` JSONL or
+    user/assistant CSV; docs/data.md) instead of the toy dialogues (empty)."""
 
     model: str = "zoo:toy-chat"
     threads: int = 1
+    data: str = ""
+
+
+def _sae_data(cfg, model, n_train: int, n_eval: int, n_text: int):
+    if cfg.data:
+        from interplab.sae.data import user_sae_data
+
+        return user_sae_data(cfg.data, n_train, n_eval, n_text, cfg.seed)
+    return sae_data(model, n_train, n_eval, n_text, cfg.seed)
 
 
 @dataclass
@@ -57,7 +67,7 @@ def sae_train(cfg: SAETrainRunConfig, run) -> None:
     import pandas as pd
 
     model = _load(cfg.model, cfg.threads)
-    data = sae_data(model, cfg.n_train, cfg.n_eval, cfg.n_train, cfg.seed)
+    data = _sae_data(cfg, model, cfg.n_train, cfg.n_eval, cfg.n_train)
     out = Path(run.path) / "sae"
     train_one(model, data, out, method=cfg.method, architecture=cfg.architecture, site=cfg.site, steps=cfg.steps,
               batch_tokens=cfg.batch_tokens, lr=cfg.lr, expansion=cfg.expansion, l1_coefficient=cfg.l1_coefficient,
@@ -105,7 +115,7 @@ def sae_steer_sweep(cfg: SteerSweepConfig, run) -> None:
     if not cfg.sae_dir:
         raise ConfigError("set sae_dir to an SAELens directory (e.g. one written by sae-train)")
     model = _load(cfg.model, cfg.threads)
-    data = sae_data(model, 4, cfg.n_eval, 4, cfg.seed)
+    data = _sae_data(cfg, model, 4, cfg.n_eval, 4)
     site = sae_site(load_sae(cfg.sae_dir))
     res = special_token_steering(model, Path(cfg.sae_dir), data, site=site, alphas_rel=cfg.alphas,
                                  n_prompts=cfg.n_prompts, positions=cfg.positions,
@@ -125,7 +135,7 @@ def sae_fast_vs_block(cfg: FastVsBlockConfig, run) -> None:
                                        steering_sweep_figure)
 
     model = _load(cfg.model, cfg.threads)
-    data = sae_data(model, cfg.n_train, cfg.n_eval, cfg.n_text, cfg.seed)
+    data = _sae_data(cfg, model, cfg.n_train, cfg.n_eval, cfg.n_text)
 
     def relative(df):
         return df.assign(path=[run.relative(p) for p in df["path"]])

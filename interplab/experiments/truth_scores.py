@@ -76,7 +76,25 @@ class TruthScoresExpConfig(ProbeRecipe):
     top_k_frac: float = field(default=0.25, metadata={"help": "head fraction for the top/bottom/random EM groups"})
     ablation: bool = field(default=True, metadata={"help": "zero-ablate each head's z and measure the Mode-V "
                                                            "accuracy drop (one forward set per head)"})
+    data: str = field(default="", metadata={"help": "your own data instead of CtxMem: a CSV/JSONL with text,label "
+                                                    "columns, or a HaluEval-QA file (first n_samples rows); "
+                                                    "docs/data.md"})
     figure_formats: list[str] = _formats()
+
+
+def _user_data_scores(cfg: TruthScoresExpConfig, run) -> None:
+    """Truth Scores of cfg.model on a user / HaluEval file (no evidence attention: the file has no evidence)."""
+    from interplab.probes.truth import truth_scores, user_truth_set
+
+    items = user_truth_set(cfg.data, limit=cfg.n_samples)
+    ts = truth_scores(_load(cfg.model, cfg.backend), items, **cfg.probe_kwargs())
+    run.save_result("truth_scores", ts)
+    run.save_json("summary", {"model": cfg.model, "data": cfg.data, "n_samples": len(items),
+                              "n_positive": int(sum(it["label"] for it in items)),
+                              "mean_S": float(ts.scores.mean()), "max_S": float(ts.scores.max()),
+                              "top_heads": ts.top_heads(5), "accuracy_step": ts.accuracy_step})
+    save_figure(run, "heatmap", F.score_heatmap(ts), cfg.figure_formats)
+    save_figure(run, "diagnostics", F.probe_diagnostics(ts), cfg.figure_formats)
 
 
 @register_experiment("truth-scores", config=TruthScoresExpConfig,
@@ -84,6 +102,9 @@ class TruthScoresExpConfig(ProbeRecipe):
 def truth_scores_experiment(cfg: TruthScoresExpConfig, run) -> None:
     from interplab.probes.truth.studies import score_organism
 
+    if cfg.data:
+        _user_data_scores(cfg, run)
+        return
     res = score_organism(_load(cfg.model, cfg.backend), name=cfg.model, recipe=cfg, n_samples=cfg.n_samples,
                          data_seed=cfg.data_seed, fmt=cfg.fmt, top_k_frac=cfg.top_k_frac, ablation=cfg.ablation)
     run.save_result("truth_scores", res)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SAEData", "sae_data", "toy_dialogues", "generic_dialogues"]
+__all__ = ["SAEData", "sae_data", "toy_dialogues", "generic_dialogues", "user_sae_data"]
 
 
 @dataclass
@@ -74,3 +74,29 @@ def sae_data(model: Any, n_train: int, n_eval: int, n_text: int, seed: int = 0) 
     ev = generic_dialogues(model, n_eval, seed + 7)
     tx = [" ".join(m["content"] for m in d) for d in generic_dialogues(model, n_text, seed + 13)]
     return SAEData(tr, ev, tx, None)
+
+
+def user_sae_data(path, n_train: int, n_eval: int, n_text: int, seed: int = 0) -> SAEData:
+    """SAEData from a user chat file (`messages` JSONL, or `user`/`assistant` CSV columns; docs/data.md).
+
+    Rows with split 'train' / 'test' go to training / evaluation; rows without a split are shuffled (seed) and the
+    first n_train train, the next n_eval evaluate. BT(P)'s plain texts are the first n_text training dialogues'
+    contents joined by newlines (the same data without the chat template)."""
+    import random
+
+    from interplab.core.errors import InputError
+    from interplab.data.user import user_records
+
+    rows = list(user_records("sae", path))
+    train = [r["messages"] for r in rows if r["split"] == "train"]
+    ev = [r["messages"] for r in rows if r["split"] == "test"]
+    rest = [r["messages"] for r in rows if r["split"] not in ("train", "test")]
+    random.Random(seed).shuffle(rest)
+    need = max(0, n_train - len(train))
+    train += rest[:need]
+    ev += rest[need:need + max(0, n_eval - len(ev))]
+    if not train or not ev:
+        raise InputError(f"{path}: need training and evaluation dialogues (got {len(train)} / {len(ev)}); add rows "
+                         "or set split=train/test")
+    texts = ["\n".join(m["content"] for m in d) for d in train[:n_text]]
+    return SAEData(train[:n_train], ev[:n_eval], texts, None)

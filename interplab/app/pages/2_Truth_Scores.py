@@ -26,6 +26,12 @@ st.caption("S(l,h) = 5-fold cross-validated accuracy of a logistic probe on head
 
 name, backend = model_picker("ts_model")
 
+with st.expander("Your data (CSV / JSONL / Parquet file)"):
+    from interplab.app.data_box import data_box, run_with_data  # noqa: E402
+
+    run_with_data("truth", data_box("truth", key="ts_data"), key="ts_data",
+                  overrides={"model": name, "backend": backend, "figure_formats": ""})
+
 
 @st.cache_data(max_entries=2, show_spinner="Loading the released maps...")
 def _released():

@@ -31,6 +31,13 @@ st.caption("Residual states at generated tokens (KV-cached decode steps) share a
            "spec: methods/decodeshare.md.")
 
 name, backend = model_picker("model")
+
+with st.expander("Your data (CSV / JSONL / Parquet file)"):
+    from interplab.app.data_box import data_box, run_with_data  # noqa: E402
+
+    run_with_data("decodeshare", data_box("decodeshare", key="ds_data"), key="ds_data",
+                  overrides={"model": name, "backend": backend, "parts": "table"})
+
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 model_key = (state.normalize_name(name), backend, device, dtype)

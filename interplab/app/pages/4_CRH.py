@@ -100,6 +100,13 @@ if source.startswith("Planted"):
 
 # ----------------------------------------------------------------------------------------------- model
 name, backend = model_picker("model")
+
+with st.expander("Your data (CSV / JSONL / Parquet file)"):
+    from interplab.app.data_box import data_box, run_with_data  # noqa: E402
+
+    run_with_data("crh", data_box("crh", key="crh_data"), key="crh_data",
+                  overrides={"model": name})
+
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 

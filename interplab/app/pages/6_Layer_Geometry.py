@@ -34,6 +34,13 @@ def _pick(label: str, key: str, default: str) -> str:
 st.sidebar.subheader("Models")
 name_a = _pick("Base (A)", "geo_a", "zoo:text-base")
 name_b = _pick("Target (B)", "geo_b", "zoo:text-hyperfit")
+
+with st.expander("Your data (CSV / JSONL / Parquet file)"):
+    from interplab.app.data_box import data_box, run_with_data  # noqa: E402
+
+    run_with_data("hyperfit", data_box("hyperfit", key="geo_data"), key="geo_data",
+                  overrides={"base": name_a, "targets": name_b, "n_prompts": 0})
+
 with st.sidebar.expander("Data and budget"):
     n_texts = st.number_input("held-out texts", 4, 400, 24, step=4, key="geo_ntexts")
     max_tokens = st.number_input("tokens per text", 16, 1024, 128, step=16, key="geo_maxtok")

@@ -21,6 +21,13 @@ st.caption("Train sparse autoencoders with SAELens's trainer on FAST (one chat-t
            "all-position numbers are dominated by prompt tokens it never learned to predict.")
 
 name, backend = model_picker("model")
+
+with st.expander("Your data (CSV / JSONL / Parquet file)"):
+    from interplab.app.data_box import data_box, run_with_data  # noqa: E402
+
+    run_with_data("sae", data_box("sae", key="sae_data"), key="sae_data",
+                  overrides={"model": name})
+
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 

@@ -63,6 +63,8 @@ class DecodeShareConfig(DecodeShareSetup):
     rank_n_caa / rank_n_instr / rank_n_random vectors per pool family; rank_caa_subset examples per bootstrapped CAA
     subset; rank_alpha: the added norm is rank_alpha x the mean residual norm at the layer (last prompt token of the
     calibration prompts); rank_stage: DECODE/REAL steer the first rank_stage generated tokens; rank_top_k: overlap k.
+    data: a user file (CSV/JSONL: task, prompt, answer, optional choices and split; docs/data.md) replacing the
+    organisms' multitask data (`user_task_sets`); empty = the organisms' tasks.
     """
     layer: int = -1
     n_eval: int = 48
@@ -90,6 +92,7 @@ class DecodeShareConfig(DecodeShareSetup):
     rank_alpha: float = 1.0
     rank_stage: int = 4
     rank_top_k: int = 10
+    data: str = ""
 
     def validate(self) -> None:
         bad = set(self.parts) - set(STUDY_PARTS)

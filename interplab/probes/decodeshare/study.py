@@ -48,10 +48,15 @@ class CalibrationStates(Result):
 
 def calibration_states(model, tasks: Sequence[str], *, layer: int, n_calib: int, max_new_tokens: int,
                        fmt: str = "raw", seed: int = 0, max_states_per_task: int | None = 20000,
-                       batch_size: int = 32) -> CalibrationStates:
-    """Decode and prefill states of `n_calib` train-split prompts per task (`multitask_sets(seed=seed)`)."""
-    calib = multitask_sets(model, list(tasks), n_calib, seed=seed, split="train", fmt=fmt)
-    prompts = {t: s.prompts for t, s in calib.items()}
+                       batch_size: int = 32, calib_sets: Mapping[str, TaskSet] | None = None) -> CalibrationStates:
+    """Decode and prefill states of `n_calib` train-split prompts per task (`multitask_sets(seed=seed)`), or of
+    the first `n_calib` prompts of each of `calib_sets` (user data, `user_task_sets`)."""
+    if calib_sets is not None:
+        calib = {t: calib_sets[t] for t in tasks}
+        prompts = {t: s.prompts[:n_calib] for t, s in calib.items()}
+    else:
+        calib = multitask_sets(model, list(tasks), n_calib, seed=seed, split="train", fmt=fmt)
+        prompts = {t: s.prompts for t, s in calib.items()}
     dec = collect_decode_states(model, prompts, layer=layer, max_new_tokens=max_new_tokens,
                                 max_states_per_task=max_states_per_task, seed=seed, batch_size=batch_size)
     pre = collect_prefill_states(model, prompts, layer=layer, batch_size=batch_size)
@@ -134,17 +139,39 @@ class _Context:
         return summarize(per_example, n_boot=self.cfg.n_boot, seed=self.cfg.seed, **kw)
 
 
-def run_study(model, cfg: DecodeShareConfig, *, progress: Callable[[str], None] | None = None) -> DecodeShareStudy:
-    """The H2/H3/steering study at layer `cfg.layer` of `model` (module doc)."""
+def _subset(ts: TaskSet, n: int) -> TaskSet:
+    from dataclasses import replace
+
+    return replace(ts, prompts=ts.prompts[:n], answers=ts.answers[:n], fc_cands=ts.fc_cands[:n],
+                   fc_gold=ts.fc_gold[:n], fc_equiv=ts.fc_equiv[:n], inputs=ts.inputs[:n], examples=ts.examples[:n])
+
+
+def run_study(model, cfg: DecodeShareConfig, *, progress: Callable[[str], None] | None = None,
+              sets: tuple[Mapping[str, TaskSet], Mapping[str, TaskSet]] | None = None) -> DecodeShareStudy:
+    """The H2/H3/steering study at layer `cfg.layer` of `model` (module doc).
+
+    sets: (calibration, evaluation) TaskSets of your own data (`user_task_sets`) instead of the organisms'
+    multitask data; cfg.tasks is then replaced by their tasks, n_calib / n_eval cap the prompts per task, and the
+    parts that need the toy tasks (steer, ranking) are skipped."""
     say = progress or (lambda msg: None)
     cfg.validate()
     fmt = resolve_format(cfg.model, cfg.format)
     L = resolve_layer(model, cfg.layer)
     say(f"calibration states at layer {L}")
-    evals = multitask_sets(model, cfg.tasks, cfg.n_eval, seed=cfg.seed + 1, split="test", fmt=fmt)
+    if sets is not None:
+        from dataclasses import replace
+
+        calib_sets, eval_sets = sets
+        cfg = replace(cfg, tasks=[t for t in calib_sets if t in eval_sets],
+                      parts=[p for p in cfg.parts if p not in ("steer", "ranking")])
+        evals = {t: _subset(eval_sets[t], cfg.n_eval) for t in cfg.tasks}
+    else:
+        calib_sets = None
+        evals = multitask_sets(model, cfg.tasks, cfg.n_eval, seed=cfg.seed + 1, split="test", fmt=fmt)
     states = calibration_states(model, cfg.tasks, layer=L, n_calib=cfg.n_calib,
                                 max_new_tokens=cfg.calib_max_new_tokens, fmt=fmt, seed=cfg.seed,
-                                max_states_per_task=cfg.max_states_per_task, batch_size=cfg.batch_size)
+                                max_states_per_task=cfg.max_states_per_task, batch_size=cfg.batch_size,
+                                calib_sets=calib_sets)
     est = estimate_subspaces(states, **estimator_kwargs(cfg))
     ss, ss_pre = est.decode, est.prefill
     n1 = null_permutation(ss, B=cfg.null_perm_B, seed=cfg.seed)

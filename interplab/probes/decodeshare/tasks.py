@@ -9,7 +9,7 @@ import numpy as np
 
 from interplab.core.errors import ConfigError, InputError
 
-__all__ = ["SEQ_TASKS", "ALL_TASKS", "TaskSet", "resolve_format", "multitask_sets"]
+__all__ = ["SEQ_TASKS", "ALL_TASKS", "TaskSet", "resolve_format", "multitask_sets", "user_task_sets"]
 
 SEQ_TASKS = ("copy", "rev", "sort", "inc")
 ALL_TASKS = ("copy", "rev", "sort", "inc", "mc")
@@ -110,3 +110,69 @@ def multitask_sets(model, tasks: Sequence[str], n: int, *, seed: int = 0, split:
                             inputs, exs)
     return out
 
+
+
+def _candidate_lists(rows: list[dict], rng: np.random.Generator, max_candidates: int = 16) -> list[list[str]]:
+    """Each row's forced-choice candidates: its `choices`, else the task's distinct answers (gold plus up to
+    max_candidates - 1 others, seeded), so every row of a task without choices has the same candidate count."""
+    if all(r.get("choices") for r in rows):
+        sizes = sorted({len(r["choices"]) for r in rows})
+        if len(sizes) > 1:
+            raise InputError(f"task {rows[0]['task']!r}: every row needs the same number of choices (forced choice "
+                             f"scores one candidate list per prompt), got {sizes}; repeat a choice to pad")
+        return [list(r["choices"]) for r in rows]
+    if any(r.get("choices") for r in rows):
+        raise InputError(f"task {rows[0]['task']!r}: give `choices` on every row or on none")
+    pool = sorted({r["answer"] for r in rows})
+    k = min(len(pool), max_candidates)
+    out = []
+    for r in rows:
+        others = [a for a in pool if a != r["answer"]]
+        pick = list(rng.choice(others, size=k - 1, replace=False)) if k > 1 else []
+        cands = sorted([r["answer"], *map(str, pick)])
+        out.append(cands)
+    return out
+
+
+def user_task_sets(model, records, *, seed: int = 0) -> tuple[dict[str, TaskSet], dict[str, TaskSet]]:
+    """(calibration, evaluation) TaskSets from user rows {task, prompt, answer, choices?, split?}
+    (`interplab.data.user.user_records("decodeshare", path)`).
+
+    Prompts are tokenised with the model's default special tokens (no chat template, as the reference's H1 and
+    eval_perf); answers and choices are continuation texts tokenised without special tokens (include a leading
+    space when the tokenizer needs one). The stop token is EOS. split 'train' rows calibrate, 'test' rows evaluate;
+    rows without a split alternate (even row index of the task -> calibration, odd -> evaluation)."""
+    rows = list(records)
+    if not rows:
+        raise InputError("the DecodeShare data file has no rows")
+    stop = model.eos_token_id
+    if stop is None:
+        raise InputError(f"{model.name} has no EOS token; DecodeShare's exact-match scoring needs one")
+    tok = model.tokenizer
+    by_task: dict[str, list[dict]] = {}
+    for r in rows:
+        by_task.setdefault(r["task"], []).append(r)
+    rng = np.random.default_rng(seed)
+    calib, evals = {}, {}
+    for task, trs in by_task.items():
+        cands = _candidate_lists(trs, rng)
+        parts: dict[str, list[int]] = {"calib": [], "eval": []}
+        for i, r in enumerate(trs):
+            sp = r.get("split") or ""
+            side = "calib" if sp == "train" or (sp == "" and i % 2 == 0) else "eval"
+            if sp not in ("", "train", "test"):
+                raise InputError(f"task {task!r}: split must be 'train', 'test' or empty, got {sp!r}")
+            parts[side].append(i)
+        for side, idx in parts.items():
+            if not idx:
+                raise InputError(f"task {task!r} has no {'calibration' if side == 'calib' else 'evaluation'} rows "
+                                 "(split 'train' / 'test'; rows without a split alternate)")
+            prompts = [list(tok(trs[i]["prompt"])["input_ids"]) for i in idx]
+            answers = [list(tok(trs[i]["answer"], add_special_tokens=False)["input_ids"]) for i in idx]
+            fc = [[list(tok(c, add_special_tokens=False)["input_ids"]) + [stop] for c in cands[i]] for i in idx]
+            gold = np.asarray([cands[i].index(trs[i]["answer"]) for i in idx])
+            equiv = np.asarray([[c == f[g] for c in f] for f, g in zip(fc, gold)], bool)
+            ts = TaskSet(task, prompts, answers, int(stop), fc, gold, equiv, [[] for _ in idx],
+                         [trs[i] for i in idx])
+            (calib if side == "calib" else evals)[task] = ts
+    return calib, evals

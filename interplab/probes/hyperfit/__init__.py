@@ -8,7 +8,7 @@ from interplab.probes.hyperfit.geometry import (CovarianceAccumulator, GeometryR
                                                 compute_layer_geometry, covariance_spectrum, effective_rank,
                                                 erank_from_spectrum, geometry_report, layer_geometry,
                                                 participation_ratio, pr_from_spectrum, twonn_dimension)
-from interplab.probes.hyperfit.inputs import (context_prompts, generate_continuations, heldout_texts,
+from interplab.probes.hyperfit.inputs import (context_prompts, generate_continuations, heldout_texts, user_texts,
                                               teacher_forced_logits, tokenize_texts)
 from interplab.probes.hyperfit.ksweep import KSweepConfig, KSweepResult, k_sweep
 from interplab.probes.hyperfit.ranks import (RANK_BINS, RankReorderingConfig, RankReorderingResult,
@@ -26,7 +26,8 @@ __all__ = [
     "participation_ratio", "effective_rank", "pr_from_spectrum", "erank_from_spectrum", "covariance_spectrum",
     "twonn_dimension", "CovarianceAccumulator", "PairedStatsAccumulator", "LayerGeometryConfig", "LayerGeometryResult",
     "compute_layer_geometry", "layer_geometry", "GeometryReportConfig", "GeometryReport", "geometry_report",
-    "heldout_texts", "tokenize_texts", "teacher_forced_logits", "context_prompts", "generate_continuations",
+    "heldout_texts", "user_texts", "tokenize_texts", "teacher_forced_logits", "context_prompts",
+    "generate_continuations",
     "entropy", "entropy_curve", "matched_temperature_from_logits", "per_position_temperature_from_logits",
     "entropy_matched_temperature", "match_temperature", "TemperatureMatch", "per_position_matched_temperature",
     "PerPositionTemperature",

@@ -20,6 +20,20 @@ def heldout_texts(n: int | None = None, sources: Sequence[str] = ("pydoc",), hel
     return held if n is None else held[:n]
 
 
+def user_texts(path, n: int | None = None, *, seed: int | None = None, field: str = "text",
+               split: str | None = None) -> list[str]:
+    """Texts of a user file (a `text` column; CSV/JSONL/JSON/Parquet/Arrow) or of a hub text source by name
+    (`interplab.data.adapters.text_corpus.TEXT_SOURCES`, needs the hub): the first n non-empty texts (seed
+    shuffles the stream first)."""
+    from interplab.core.errors import InputError
+    from interplab.data.adapters.text_corpus import texts
+
+    out = list(texts(path, field=field, limit=n, seed=seed, split=split))
+    if not out:
+        raise InputError(f"{path}: no non-empty texts in field {field!r}")
+    return out
+
+
 def tokenize_texts(model, texts: Sequence[str], max_tokens: int | None = None) -> list[list[int]]:
     """Token ids of each text as the model's tokenizer produces them (special tokens included, e.g. BOS), truncated
     to `max_tokens` (default: the model's context length). Token-id lists are taken as they are (no BOS added).

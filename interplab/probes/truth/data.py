@@ -122,3 +122,25 @@ def context_following(model, items: list[dict], edits=None, *, batch_size: int =
     if return_answers:
         out["answers"] = answers
     return out
+
+
+def user_truth_set(path, *, limit: int | None = None, seed: int | None = None, split: str = "probe") -> list[dict]:
+    """{"text", "label"} items from a file: a user file with `text` and `label` columns (label 1/0 or
+    gold/hallucinated; 1 = context-supported), or a HaluEval-QA file in any of its schemas (raw QA, setD or the
+    evaluation annotations), which `interplab.data.adapters.halueval` turns into the paper's probing texts
+    (split 'probe' = the first 292 rows, as the repo; 'remain' / 'all'). limit: at most this many items."""
+    from interplab.data.files import preview
+    from interplab.data.user import user_records
+
+    cols = set(preview(path, 1).columns)
+    if {"text", "label"} <= cols:
+        items = list(user_records("truth", path, limit=limit, seed=seed))
+    else:
+        from interplab.data.adapters.halueval import truth_probe_items
+
+        items = [{"text": it["text"], "label": it["label"]}
+                 for it in truth_probe_items(path, split=split, limit=limit, seed=seed or 0)]
+    if len({it["label"] for it in items}) < 2:
+        raise DataError(f"{path}: the Truth-Score probe needs both labels (1 = gold, 0 = hallucinated); the file "
+                        f"gives only {sorted({it['label'] for it in items})}")
+    return items

@@ -1,0 +1,99 @@
+"""CRH concept data from real text (crh.md §2.1): a user's pair file, or the paper's 100 concepts elicited from a
+chat model on AlpacaEval-style questions.
+
+* `user_concept_data(records)`: rows {concept, question, resp_no_concept, resp_with_concept, concept_words?} (the
+  repo's pair-CSV columns) -> one `ConceptData` per concept, texts `"User: {q}\\nAssistant: {r}"` (no chat
+  template), steering prompts `"User: {q}\\nAssistant: "`.
+* `paper_concept_data(model, concepts, questions)`: for each concept of `interplab.data.adapters.crh_concepts`
+  (`concepts=paper`), the model answers each question without and with the concept's `instruction` as the system
+  turn (its own chat template, greedy); the responses go into the same pair texts. The repo filtered its pairs with
+  an LLM (not published); interplab keeps every pair and says so.
+
+The judge of steered generations is `TokenSetJudge(words)`: words = the `concept_words` column (`|`- or
+`,`-separated), else the concept name's words of 4+ letters (a keyword proxy for the paper's LLM judge).
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from interplab.core.errors import DataError, InputError
+from interplab.probes.crh.toy import ConceptData
+
+__all__ = ["concept_words", "user_concept_data", "paper_concept_data"]
+
+
+def concept_words(name: str, given=None) -> tuple[str, ...]:
+    """The judge's token set of a concept: `given` (a list or a `|`/`,`-separated string), else the name's words
+    of at least 4 letters."""
+    if given:
+        items = given if isinstance(given, (list, tuple)) else re.split(r"[|,]", str(given))
+        words = tuple(w.strip() for w in items if w.strip())
+        if words:
+            return words
+    return tuple(dict.fromkeys(w for w in re.findall(r"[A-Za-z][A-Za-z+#/]{3,}", str(name).lower())))
+
+
+def _split(n: int, n_test: int, seed: int) -> tuple[list[int], list[int]]:
+    if n < n_test + 2:
+        raise InputError(f"a concept needs at least n_test + 2 = {n_test + 2} pairs (2 for the axis), got {n}")
+    order = np.random.default_rng(seed).permutation(n)
+    return sorted(order[n_test:].tolist()), sorted(order[:n_test].tolist())
+
+
+def user_concept_data(records: Iterable[dict], *, n_test: int = 5, seed: int = 0,
+                      max_train: int | None = None) -> list[ConceptData]:
+    """ConceptData per concept of a pair file (rows in the repo's pair schema; `concept_words` optional).
+    n_test pairs per concept (seeded) are the steered test samples, the rest (at most max_train) the axis/cylinder
+    train set."""
+    from interplab.data.adapters.crh_concepts import pair_text, steer_prompt
+
+    by: dict[str, list[dict]] = {}
+    for i, r in enumerate(records):
+        for k in ("concept", "question", "resp_no_concept", "resp_with_concept"):
+            if k not in r:
+                raise DataError(f"CRH pair row {i} is missing column {k!r}")
+        by.setdefault(str(r["concept"]), []).append(r)
+    if not by:
+        raise InputError("the CRH pair file has no rows")
+    out = []
+    for ci, (name, rows) in enumerate(by.items()):
+        train, test = _split(len(rows), n_test, seed + ci)
+        train = train[:max_train] if max_train else train
+        pairs = lambda idx: [(pair_text(rows[i]["question"], rows[i]["resp_no_concept"]),
+                              pair_text(rows[i]["question"], rows[i]["resp_with_concept"])) for i in idx]
+        out.append(ConceptData(name=name, words=concept_words(name, rows[0].get("concept_words")),
+                               train_pairs=pairs(train), test_pairs=pairs(test),
+                               test_prompts=[steer_prompt(rows[i]["question"]) for i in test]))
+    return out
+
+
+def _replies(model, chats: list[list[dict]], max_new_tokens: int, batch_size: int) -> list[str]:
+    out = []
+    for s in range(0, len(chats), batch_size):
+        ids = [model.apply_chat_template(c, add_generation_prompt=True) for c in chats[s:s + batch_size]]
+        gen = model.generate(ids, max_new_tokens=max_new_tokens, return_logits=False)
+        out += [model.tokenizer.decode(t, skip_special_tokens=True).strip() for t in gen.new_tokens]
+    return out
+
+
+def paper_concept_data(model, concepts: Sequence[dict], questions: Sequence[str], *, n_test: int = 5,
+                       seed: int = 0, max_new_tokens: int = 32, batch_size: int = 16) -> list[ConceptData]:
+    """ConceptData for the paper's concepts (`paper_concepts()` rows) from the model's own greedy answers to each
+    question without / with the concept's instruction as the system turn (chat template required)."""
+    if getattr(model.tokenizer, "chat_template", None) is None:
+        raise InputError(f"{model.name} has no chat template: `concepts=paper` elicits concepts with a system "
+                         "instruction; use a chat model or pass your own pair file (data=...)")
+    qs = [str(q) for q in questions]
+    if len(qs) < n_test + 2:
+        raise InputError(f"need at least n_test + 2 = {n_test + 2} questions, got {len(qs)}")
+    plain = _replies(model, [[{"role": "user", "content": q}] for q in qs], max_new_tokens, batch_size)
+    rows = []
+    for c in concepts:
+        sys = {"role": "system", "content": c["instruction"]}
+        withc = _replies(model, [[sys, {"role": "user", "content": q}] for q in qs], max_new_tokens, batch_size)
+        rows += [{"concept": c["output_concept"], "question": q, "resp_no_concept": a, "resp_with_concept": b}
+                 for q, a, b in zip(qs, plain, withc)]
+    return user_concept_data(rows, n_test=n_test, seed=seed)

@@ -161,9 +161,24 @@ def read_records(path, *, limit: int | None = None, split: str | None = None) ->
     kind = _kind(p)
     rows = {"jsonl": _jsonl_rows, "json": _json_rows, "parquet": _parquet_rows, "arrow": _arrow_rows,
             "csv": lambda q: _csv_rows(q, ","), "tsv": lambda q: _csv_rows(q, "\t")}[kind](p)
+    rows = _typed_errors(rows, p, kind)
     if split is not None:
         rows = (r for r in rows if "split" not in r or str(r["split"]) == split)
     return take(rows, limit)
+
+
+def _typed_errors(rows: Iterator[dict], path: Path, kind: str) -> Iterator[dict]:
+    """Re-raise a reader's low-level failure (bad encoding, malformed CSV, a damaged Parquet/Arrow file) as a
+    DataError that names the file and the format it was read as."""
+    import pyarrow as pa
+
+    try:
+        yield from rows
+    except DataError:
+        raise
+    except (UnicodeDecodeError, csv.Error, pa.ArrowException, OSError, ValueError) as exc:
+        raise DataError(f"{path} could not be read as {kind} ({type(exc).__name__}: {exc}); check the file's format "
+                        "and encoding (UTF-8 text for CSV/TSV/JSON/JSONL)") from None
 
 
 # --------------------------------------------------------------------------------------------- hub

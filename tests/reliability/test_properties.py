@@ -128,3 +128,17 @@ def test_score_map_files(tmp_path_factory, blob):
     p = tmp_path_factory.mktemp("npy") / "converted_score_cv5_head_metrics_m_d.npy"
     p.write_bytes(blob)
     _ok_or_typed(TruthScores.from_npy, p)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode)),
+       st.sampled_from([".csv", ".jsonl", ".json", ".tsv", ".parquet", ".arrow", ".txt"]),
+       st.sampled_from(["truth", "decodeshare", "crh", "sae", "hyperfit"]))
+def test_dataset_files(tmp_path_factory, blob, suffix, method):
+    from interplab.data.files import read_records
+    from interplab.data.user import check_user_file
+
+    p = tmp_path_factory.mktemp("data") / f"user{suffix}"
+    p.write_bytes(blob)
+    _ok_or_typed(lambda: list(read_records(p, limit=50)))
+    _ok_or_typed(check_user_file, method, p)

@@ -245,3 +245,19 @@ def probe_diagnostics(ts, *, title: str | None = None) -> go.Figure:
     fig.update_xaxes(title_text="step", row=1, col=2)
     apply_style(fig, title=title or "Probe diagnostics", width=900)
     return fig
+
+
+def planted_recovery_bars(ts, planted_heads: Sequence[Sequence[int]], *, title: str | None = None) -> go.Figure:
+    """Every head's Truth Score, sorted, with the planted (designated) heads highlighted: the validation view."""
+    S = _scores(ts)
+    L, H = S.shape
+    planted = {(int(a), int(b)) for a, b in planted_heads}
+    order = np.argsort(-S.ravel(), kind="stable")
+    labels = [f"L{i // H}H{i % H}" for i in order]
+    colors = [QUALITATIVE[3] if (i // H, i % H) in planted else QUALITATIVE[5] for i in order]
+    fig = go.Figure(go.Bar(x=labels, y=S.ravel()[order], marker_color=colors,
+                           hovertemplate="%{x}: S = %{y:.3f}<extra></extra>"))
+    fig.add_hline(y=0.5, line=dict(dash="dot", color="grey"))
+    apply_style(fig, title=title or "Truth Scores, planted heads highlighted", xaxis="head (by rank)",
+                yaxis="Truth Score S", legend=False)
+    return fig

@@ -57,4 +57,5 @@ def validate_truth_scores_experiment(cfg: ValidateTruthScoresConfig, run) -> Non
                 fmts)
     save_figure(run, "gating_null", F.null_histogram(
         res.gating_null, row["ctx_gated"], row["gating_p"],
-        title="Gating: context-following vs 200 within-layer shuffled maps (max over alphas)"), fmts)
+        title=f"Gating: context-following vs {cfg.n_maps} within-layer shuffled maps (max over alphas)",
+        statistic="context-following"), fmts)

@@ -105,12 +105,13 @@ def pair_scatter(a, b, *, name_a: str = "a", name_b: str = "b", stats: Mapping |
     return fig
 
 
-def null_histogram(null: np.ndarray, observed: float, p: float, *, title: str | None = None) -> go.Figure:
-    """Within-layer head-shuffle null of Pearson r with the observed r and p marked."""
+def null_histogram(null: np.ndarray, observed: float, p: float, *, title: str | None = None,
+                   statistic: str = "Pearson r") -> go.Figure:
+    """Within-layer head-shuffle null of a statistic (default Pearson r) with the observed value and p marked."""
     fig = go.Figure(go.Histogram(x=np.asarray(null), nbinsx=40, marker_color=QUALITATIVE[5], name="null"))
     fig.add_vline(x=observed, line=dict(color=QUALITATIVE[3], width=3),
-                  annotation_text=f"observed r = {observed:.2f}, p = {p:.3g}")
-    apply_style(fig, title=title or "Within-layer permutation null", xaxis="Pearson r", yaxis="count", legend=False)
+                  annotation_text=f"observed {statistic} = {observed:.2f}, p = {p:.3g}")
+    apply_style(fig, title=title or "Within-layer permutation null", xaxis=statistic, yaxis="count", legend=False)
     return fig
 
 

@@ -106,3 +106,15 @@ def test_validate_truth_scores_meets_the_targets(tmp_path):
     back = type(res).load(res.save(tmp_path / "saved"))
     assert back.per_seed.equals(res.per_seed) or np.allclose(back.per_seed.to_numpy(float),
                                                              res.per_seed.to_numpy(float))
+
+
+def test_recovery_figure_highlights_the_planted_heads():
+    from interplab.figures import truth_scores as F
+
+    s = np.full((4, 8), 0.5)
+    s[0, 5] = s[1, 2] = 1.0
+    fig = F.planted_recovery_bars(s, [(0, 5), (1, 2)])
+    bar = fig.data[0]
+    assert list(bar.x[:2]) == ["L0H5", "L1H2"] and len(set(bar.marker.color[:2])) == 1
+    assert bar.marker.color[0] != bar.marker.color[2]
+    assert "context-following" in F.null_histogram(np.zeros(5), 0.8, 0.01, statistic="context-following").layout.xaxis.title.text

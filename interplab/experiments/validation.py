@@ -26,6 +26,7 @@ class ValidateTruthScoresConfig:
     n_eval: int = field(default=64, metadata={"help": "conflict prompts of the evaluation split"})
     n_permutations: int = field(default=1000, metadata={"help": "lineage within-layer permutation null size"})
     backend: str = "bridge"
+    workers: int = field(default=3, metadata={"help": "processes running the seeds in parallel (1 = in process)"})
     figure_formats: list[str] = field(default_factory=lambda: ["html"])
 
 
@@ -38,7 +39,7 @@ def validate_truth_scores_experiment(cfg: ValidateTruthScoresConfig, run) -> Non
     res = validate_truth_scores(seeds=cfg.seeds, n_samples=cfg.n_samples, perturb_scale=cfg.perturb_scale,
                                 alphas=cfg.alphas, n_maps=cfg.n_maps, n_tune=cfg.n_tune, n_eval=cfg.n_eval,
                                 n_permutations=cfg.n_permutations, workdir=run.path / "organisms",
-                                backend=cfg.backend)
+                                backend=cfg.backend, workers=cfg.workers)
     run.save_result("validation", res)
     run.save_table("recovery", res.recovery_table())
     run.save_table("per_seed", res.per_seed)
@@ -59,3 +60,42 @@ def validate_truth_scores_experiment(cfg: ValidateTruthScoresConfig, run) -> Non
         res.gating_null, row["ctx_gated"], row["gating_p"],
         title=f"Gating: context-following vs {cfg.n_maps} within-layer shuffled maps (max over alphas)",
         statistic="context-following"), fmts)
+
+
+@dataclass
+class ValidateCrhShapesConfig:
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "trajectory noise seeds"})
+    K: int = field(default=30, metadata={"help": "trajectory points"})
+    d: int = field(default=64, metadata={"help": "ambient dimension"})
+    noise: float = field(default=0.02, metadata={"help": "isotropic noise std per coordinate"})
+    n_boot: int = field(default=2000, metadata={"help": "bootstrap resamples of points"})
+
+
+@register_experiment("validate-crh-shapes", config=ValidateCrhShapesConfig,
+                     help="CRH helix test: line vs planar arc vs helix chosen on held-out points for planted "
+                          "trajectories of each shape (the planar arc must not pass as a helix)")
+def validate_crh_shapes_experiment(cfg: ValidateCrhShapesConfig, run) -> None:
+    import pandas as pd
+
+    from interplab.probes.crh.helix import fit_helix, planted_helix, planted_line
+    from interplab.probes.crh.shape_selection import planted_arc, select_trajectory_shape
+
+    makers = {"helix": lambda s: planted_helix(cfg.K, 1.0, d=cfg.d, noise=cfg.noise, seed=s),
+              "arc": lambda s: planted_arc(cfg.K, d=cfg.d, noise=cfg.noise, seed=s),
+              "line": lambda s: planted_line(cfg.K, d=cfg.d, noise=cfg.noise, seed=s)}
+    rows = []
+    for truth, make in makers.items():
+        for s in cfg.seeds:
+            X = make(s)
+            sel = select_trajectory_shape(X, n_boot=cfg.n_boot, seed=s)
+            g = sel.gains.set_index("comparison")
+            rows.append({"planted": truth, "seed": s, "chosen": sel.chosen, "correct": sel.chosen == truth,
+                         "helix_fit_mean_r2_cs": fit_helix(X).mean_r2_cs,
+                         **{f"cv_r2_{r.shape}": r.cv_r2 for r in sel.table.itertuples()},
+                         **{f"gain_{c}": g.loc[c, "gain"] for c in g.index},
+                         **{f"gain_{c}_lo": g.loc[c, "lo"] for c in g.index}})
+    df = pd.DataFrame(rows)
+    run.save_table("shapes", df)
+    run.save_json("summary", {"all_correct": bool(df["correct"].all()),
+                              "arc_passes_old_helix_fit": bool((df[df.planted == "arc"].helix_fit_mean_r2_cs > 0.99)
+                                                               .all())})

@@ -164,17 +164,42 @@ def _seed_row(base_m, desc_m, other_m, mask, items, shuffled_items, conflict, cf
     return row, maps, g["null"], ld["null"]
 
 
+def _seed_job(job: dict, models=None):
+    """One seed: descendant, probe data, shuffled labels, conflict splits, then `_seed_row`."""
+    import interplab
+    from interplab.zoo.validation.truth_scores import (PlantedTruthSpec, perturb_checkpoint, planted_conflict_items,
+                                                       planted_truth_items)
+
+    if models is None:  # a worker process
+        import torch
+
+        torch.set_num_threads(1)
+    load = lambda p: interplab.load_model(str(p), backend=job["backend"], device="cpu")  # noqa: E731
+    base_m, other_m = models if models is not None else (load(job["base_dir"]), load(job["other_dir"]))
+    seed, spec = job["seed"], PlantedTruthSpec()
+    M = spec.memory_map()
+    desc_m = load(perturb_checkpoint(job["base_dir"], Path(job["workdir"]) / f"descendant-s{seed}",
+                                     scale=job["perturb_scale"], seed=seed))
+    items = planted_truth_items(job["n_samples"], seed=seed, memory_map=M)
+    y = np.random.default_rng(10_000 + seed).permutation([it["label"] for it in items])
+    shuffled = [{**it, "label": int(lab)} for it, lab in zip(items, y)]
+    conflict = (planted_conflict_items(job["n_tune"], seed=100 + seed, memory_map=M),
+                planted_conflict_items(job["n_eval"], seed=200 + seed, memory_map=M))
+    return _seed_row(base_m, desc_m, other_m, spec.planted_mask(), items, shuffled, conflict, job["cfg"], seed)
+
+
 def validate_truth_scores(*, seeds: Sequence[int] = (0, 1, 2), n_samples: int = 292, perturb_scale: float = 0.05,
                           other_heads: Sequence[Sequence[int]] = ((0, 2), (1, 6), (2, 0), (3, 4)),
                           alphas: Sequence[float] = (0.25, 0.5, 1.0), n_maps: int = 200, n_tune: int = 64,
                           n_eval: int = 64, n_permutations: int = 1000, probe: dict | None = None,
-                          workdir=None, backend: str = "bridge", progress=None) -> TruthValidation:
+                          workdir=None, backend: str = "bridge", workers: int = 1,
+                          progress=None) -> TruthValidation:
     """Build the planted organism, its descendants (one per seed) and the other-heads organism under `workdir`
-    (a temporary folder by default), run Truth Scores, lineage and gating on them, and score recovery."""
+    (a temporary folder by default), run Truth Scores, lineage and gating on them, and score recovery.
+    workers > 1 runs the seeds in that many spawned processes with one torch thread each (the same
+    computation; float reductions may differ from workers=1 in the last bits)."""
     import interplab
-    from interplab.zoo.validation.truth_scores import (PlantedTruthSpec, build_planted_truth_organism,
-                                                       perturb_checkpoint, planted_conflict_items,
-                                                       planted_truth_items)
+    from interplab.zoo.validation.truth_scores import PlantedTruthSpec, build_planted_truth_organism
 
     if not seeds:
         raise ConfigError("need at least one seed")
@@ -188,29 +213,32 @@ def validate_truth_scores(*, seeds: Sequence[int] = (0, 1, 2), n_samples: int = 
     base_dir = build_planted_truth_organism(wd / "planted", spec)
     other_dir = build_planted_truth_organism(wd / "other-heads", other_spec)
     load = lambda p: interplab.load_model(str(p), backend=backend, device="cpu")  # noqa: E731
-    base_m, other_m = load(base_dir), load(other_dir)
-    M = spec.memory_map()
+    base_m, other_m = (load(base_dir), load(other_dir)) if workers <= 1 or len(seeds) < 2 else (None, None)
     cfg = {"probe": dict(probe or {}), "n_permutations": n_permutations, "alphas": [float(a) for a in alphas],
            "n_maps": n_maps}
-    rows, first = [], None
-    for i, seed in enumerate(seeds):
-        desc_m = load(perturb_checkpoint(base_dir, wd / f"descendant-s{seed}", scale=perturb_scale, seed=seed))
-        items = planted_truth_items(n_samples, seed=seed, memory_map=M)
-        y = np.random.default_rng(10_000 + seed).permutation([it["label"] for it in items])
-        shuffled = [{**it, "label": int(lab)} for it, lab in zip(items, y)]
-        conflict = (planted_conflict_items(n_tune, seed=100 + seed, memory_map=M),
-                    planted_conflict_items(n_eval, seed=200 + seed, memory_map=M))
-        row, maps, gnull, lnull = _seed_row(base_m, desc_m, other_m, spec.planted_mask(), items, shuffled, conflict,
-                                            cfg, seed)
-        rows.append(row)
-        if first is None:
-            first = (maps, gnull, lnull)
-        if progress is not None:
-            progress(i + 1, len(seeds))
+    jobs = [dict(seed=int(seed), base_dir=str(base_dir), other_dir=str(other_dir), workdir=str(wd),
+                 n_samples=n_samples, perturb_scale=perturb_scale, n_tune=n_tune, n_eval=n_eval, backend=backend,
+                 cfg=cfg) for seed in seeds]
+    if workers > 1 and len(jobs) > 1:
+        # seeds are independent: separate processes (spawned, one torch thread each) share a loaded CPU better
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
+            outs = list(ex.map(_seed_job, jobs))
+    else:
+        outs = []
+        for i, job in enumerate(jobs):
+            outs.append(_seed_job(job, models=(base_m, other_m)))
+            if progress is not None:
+                progress(i + 1, len(jobs))
+    rows = [o[0] for o in outs]
+    first = outs[0][1:]
     maps, gnull, lnull = first
     settings = {"seeds": list(seeds), "n_samples": n_samples, "perturb_scale": perturb_scale, "alphas": cfg["alphas"],
                 "n_maps": n_maps, "n_tune": n_tune, "n_eval": n_eval, "n_permutations": n_permutations,
-                "gating": "normalize, z site", "organism": "zoo.validation.truth_scores (by construction)"}
+                "workers": workers, "gating": "normalize, z site",
+                "organism": "zoo.validation.truth_scores (by construction)"}
     res = TruthValidation(per_seed=pd.DataFrame(rows), planted_heads=[list(h) for h in spec.heads],
                           other_heads=[list(h) for h in other_spec.heads], base=maps["base"],
                           descendant=maps["descendant"], other=maps["other"], shuffled=maps["shuffled"],

@@ -97,7 +97,8 @@ def gating_check(model, scores, tune_items, eval_items, *, alphas: Sequence[floa
 class TruthValidation(Result):
     """Recovery of planted evidence heads by Truth Scores, per seed, with its negative controls.
 
-    per_seed: one row per seed: auroc, worst_planted_rank, all_in_top (base organism); shuffled_* (labels permuted);
+    per_seed: one row per seed: auroc, worst_planted_rank, all_in_top, min_planted_S, max_decoy_S (base organism);
+        shuffled_* (labels permuted; shuffled_max_S / shuffled_min_S: the map's range);
         r/p_descendant, r/p_other (lineage vs the descendant and vs the other-heads organism); alpha_star,
         ctx_baseline, ctx_gated, gating_frac_below, gating_p (gating the descendant with the base map).
     planted_heads / other_heads: the designated heads of the organism and of the negative-control organism.
@@ -158,7 +159,10 @@ def _seed_row(base_m, desc_m, other_m, mask, items, shuffled_items, conflict, cf
     lo = lineage_correlation(maps["base"], maps["other"], n_permutations=cfg["n_permutations"], seed=seed)
     g = gating_check(desc_m, maps["base"], conflict[0], conflict[1], alphas=cfg["alphas"], n_maps=cfg["n_maps"],
                      seed=seed)
-    row = {"seed": seed, **rec, **{f"shuffled_{k}": v for k, v in sh.items()},
+    sb, ss = maps["base"].scores, maps["shuffled"].scores
+    spread = {"min_planted_S": float(sb[mask].min()), "max_decoy_S": float(sb[~mask].max()),
+              "shuffled_max_S": float(ss.max()), "shuffled_min_S": float(ss.min())}
+    row = {"seed": seed, **rec, **spread, **{f"shuffled_{k}": v for k, v in sh.items()},
            "r_descendant": ld["pearson"], "p_descendant": ld["perm_p"], "r_other": lo["pearson"],
            "p_other": lo["perm_p"], **{k: v for k, v in g.items() if k not in ("null", "tune_curve")}}
     return row, maps, g["null"], ld["null"]

@@ -99,3 +99,33 @@ def validate_crh_shapes_experiment(cfg: ValidateCrhShapesConfig, run) -> None:
     run.save_json("summary", {"all_correct": bool(df["correct"].all()),
                               "arc_passes_old_helix_fit": bool((df[df.planted == "arc"].helix_fit_mean_r2_cs > 0.99)
                                                                .all())})
+
+
+@dataclass
+class ValidateDecodeShareConfig:
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
+                             metadata={"help": "Haar draws and the count-matched subsample"})
+    layer: int = field(default=0, metadata={"help": "block whose output is read and edited"})
+    rho: float = field(default=0.95, metadata={"help": "pooled-PCA variance kept"})
+    tau: float = field(default=1e-3, metadata={"help": "per-task variance share threshold (the paper's literal tau)"})
+    alpha: float = field(default=1.0, metadata={"help": "removal strength of the shared subspace"})
+    backend: str = "bridge"
+    figure_formats: list[str] = field(default_factory=lambda: ["html"])
+
+
+@register_experiment("validate-decodeshare", config=ValidateDecodeShareConfig,
+                     help="DecodeShare on an organism with a planted low-variance shared decode-time subspace (by "
+                          "construction): estimator recovery, decode-only removal vs energy/Haar/top-variance "
+                          "controls, prefill-estimated negative control, LOTO")
+def validate_decodeshare_experiment(cfg: ValidateDecodeShareConfig, run) -> None:
+    from interplab.figures.decodeshare import validation_bars
+    from interplab.probes.decodeshare.validation import validate_decodeshare
+
+    res = validate_decodeshare(seeds=cfg.seeds, layer=cfg.layer, rho=cfg.rho, tau=cfg.tau, alpha=cfg.alpha,
+                               workdir=run.path / "organisms", backend=cfg.backend)
+    run.save_result("validation", res)
+    run.save_table("recovery", res.recovery_table())
+    run.save_table("per_seed", res.per_seed)
+    run.save_table("loto", res.loto)
+    run.save_json("summary", res.summary())
+    save_figure(run, "removal", validation_bars(res.per_seed), cfg.figure_formats)

@@ -215,6 +215,8 @@ try:
 except Exception:  # noqa: BLE001 - no runs folder yet
     vruns = pd.DataFrame()
 if len(vruns):
+    from interplab.probes.truth.validation import TruthValidation  # noqa: F401 - registers the result class
+
     vpath = st.selectbox("Saved validation run", list(vruns["path"])[::-1], key="ts_val_run")
     val = load_run(vpath).result("validation")
     st.dataframe(val.recovery_table().round(4), hide_index=True, key="ts_val_table")

@@ -44,6 +44,7 @@ with st.expander("Validation: a planted shared decode-time subspace (`validate-d
         vruns = pd.DataFrame()
     if len(vruns):
         from interplab.figures.decodeshare import validation_bars
+        from interplab.probes.decodeshare.validation import DecodeShareValidation  # noqa: F401 - registers it
 
         val = load_run(st.selectbox("Saved validation run", list(vruns["path"])[::-1], key="ds_val_run")
                        ).result("validation")

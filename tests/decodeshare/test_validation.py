@@ -1,6 +1,8 @@
 """Issue 16: DecodeShare recovers a shared decode-time subspace planted at low variance by construction, decode-only
 removal of it hurts far more than energy-, Haar- and top-variance controls, and the prefill-estimated subspace (the
 negative control) neither recovers it nor matters."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -48,3 +50,20 @@ def test_result_round_trip(result, tmp_path):
     back = DecodeShareValidation.load(result.save(tmp_path / "r"))
     assert np.allclose(back.per_seed["max_angle"], result.per_seed["max_angle"])
     assert len(back.loto) == len(result.loto)
+
+
+@pytest.mark.slow
+def test_experiment_and_app_section(tmp_path, monkeypatch):
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    from interplab.experiments.registry import run_experiment
+
+    run = run_experiment("validate-decodeshare", {"seeds": [0]}, root=tmp_path)
+    assert (run / "tables" / "recovery.csv").exists() and (run / "figures" / "removal.html").exists()
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path))
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(tmp_path / "missing"))
+    at = AppTest.from_file(str(Path(interplab.__file__).parent / "app" / "pages" / "3_DecodeShare.py"),
+                           default_timeout=300).run()
+    assert not at.exception, at.exception
+    assert "ds_val_bars__chart" in [c.key for c in at.get("plotly_chart")]

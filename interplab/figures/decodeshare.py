@@ -24,7 +24,7 @@ from interplab.figures.style import QUALITATIVE, SEQUENTIAL, apply_style
 __all__ = [
     "variance_share_heatmap", "scree_figure", "sensitivity_figure", "null_histogram", "principal_angle_figure",
     "ablation_figure", "alpha_sweep_figure", "h3_grid_figure", "steering_figure", "layer_summary_figure",
-    "patchback_figure", "ranking_scatter_figure",
+    "patchback_figure", "ranking_scatter_figure", "validation_bars",
 ]
 
 
@@ -299,3 +299,21 @@ def ranking_scatter_figure(scores, metrics=None, *, title: str | None = None):
     fig.update_yaxes(title_text="REAL (Δ accuracy, held-out sets)", row=1, col=1)
     return apply_style(fig, title=title or "Stage-aligned steering ranking: proxy vs REAL "
                        f"(regret@1 TRAD {m.loc['trad', 'regret1']:.3f}, DECODE {m.loc['decode', 'regret1']:.3f})")
+
+
+def validation_bars(per_seed, *, title: str | None = None):
+    """Exact match after decode-only removal of the estimated shared subspace and of each control, mean over seeds
+    with the seed range as error bars (the `validate-decodeshare` view)."""
+    go = _go()
+    conds = [c[4:] for c in per_seed.columns if c.startswith("acc_")]
+    acc = np.array([[float(v) for v in per_seed[f"acc_{c}"]] for c in conds])
+    mean = acc.mean(1)
+    fig = go.Figure(go.Bar(x=conds, y=mean, error_y=dict(type="data", symmetric=False, array=acc.max(1) - mean,
+                                                         arrayminus=mean - acc.min(1)),
+                           hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+    if "base_acc" in per_seed:
+        fig.add_hline(y=float(per_seed["base_acc"].iloc[0]), line=dict(dash="dot", color="grey"),
+                      annotation_text="no edit")
+    apply_style(fig, title=title or "Decode-only removal: planted organism", xaxis="removed subspace",
+                yaxis="exact match", legend=False)
+    return fig

@@ -105,12 +105,13 @@ def pair_scatter(a, b, *, name_a: str = "a", name_b: str = "b", stats: Mapping |
     return fig
 
 
-def null_histogram(null: np.ndarray, observed: float, p: float, *, title: str | None = None) -> go.Figure:
-    """Within-layer head-shuffle null of Pearson r with the observed r and p marked."""
+def null_histogram(null: np.ndarray, observed: float, p: float, *, title: str | None = None,
+                   statistic: str = "Pearson r") -> go.Figure:
+    """Within-layer head-shuffle null of a statistic (default Pearson r) with the observed value and p marked."""
     fig = go.Figure(go.Histogram(x=np.asarray(null), nbinsx=40, marker_color=QUALITATIVE[5], name="null"))
     fig.add_vline(x=observed, line=dict(color=QUALITATIVE[3], width=3),
-                  annotation_text=f"observed r = {observed:.2f}, p = {p:.3g}")
-    apply_style(fig, title=title or "Within-layer permutation null", xaxis="Pearson r", yaxis="count", legend=False)
+                  annotation_text=f"observed {statistic} = {observed:.2f}, p = {p:.3g}")
+    apply_style(fig, title=title or "Within-layer permutation null", xaxis=statistic, yaxis="count", legend=False)
     return fig
 
 
@@ -244,4 +245,20 @@ def probe_diagnostics(ts, *, title: str | None = None) -> go.Figure:
     fig.update_xaxes(title_text="layer", row=1, col=1)
     fig.update_xaxes(title_text="step", row=1, col=2)
     apply_style(fig, title=title or "Probe diagnostics", width=900)
+    return fig
+
+
+def planted_recovery_bars(ts, planted_heads: Sequence[Sequence[int]], *, title: str | None = None) -> go.Figure:
+    """Every head's Truth Score, sorted, with the planted (designated) heads highlighted: the validation view."""
+    S = _scores(ts)
+    L, H = S.shape
+    planted = {(int(a), int(b)) for a, b in planted_heads}
+    order = np.argsort(-S.ravel(), kind="stable")
+    labels = [f"L{i // H}H{i % H}" for i in order]
+    colors = [QUALITATIVE[3] if (i // H, i % H) in planted else QUALITATIVE[5] for i in order]
+    fig = go.Figure(go.Bar(x=labels, y=S.ravel()[order], marker_color=colors,
+                           hovertemplate="%{x}: S = %{y:.3f}<extra></extra>"))
+    fig.add_hline(y=0.5, line=dict(dash="dot", color="grey"))
+    apply_style(fig, title=title or "Truth Scores, planted heads highlighted", xaxis="head (by rank)",
+                yaxis="Truth Score S", legend=False)
     return fig

@@ -57,9 +57,10 @@ def test_decodeshare_experiment_runs_end_to_end(toy_random, tmp_path):
         if note["k"] is not None and c != "k-match":
             assert note["k"] == ss.k_s
     loto = read_table(path / "tables" / "loto.csv")
-    assert {"loto-removed", "loto-haar"} <= set(loto["condition"])
+    assert {"loto-removed", "loto-haar", "loto-haar-energy"} <= set(loto["condition"])
     h3 = read_table(path / "tables" / "h3_grid.csv")
-    assert len(h3) == 3 * 2 * 2
+    assert len(h3) == 4 * 2 * 2  # decode / prefill / random / random-energy estimators x 2 loci x 2 metrics
+    assert set(h3["estimator"]) == {"decode", "prefill", "random", "random-energy"}
     # the prefill locus edits one position per prompt; the decode locus many
     pre = h3[(h3["locus"] == "prefill") & (h3["metric"] == "gen")]["n_edited"]
     assert (pre == 4 * 4).all()

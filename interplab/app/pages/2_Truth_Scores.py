@@ -208,3 +208,31 @@ else:
             st.caption(f"gates min {g.min():.3f}, max {g.max():.3f}; site {t_site}")
         except InterplabError as e:
             st.error(f"{e}")
+
+# ------------------------------------------------------------------------------------------------ validation
+st.header("6 · Validation: planted evidence heads")
+st.caption("An organism built by construction (zoo.validation.truth_scores) whose designated heads, and only those, "
+           "carry the verdict. `interplab run validate-truth-scores` runs the unchanged method on it and scores "
+           "recovery against the planted heads, with shuffled-label and other-heads negative controls.")
+try:
+    from interplab.results.runs import list_runs, load_run
+
+    vruns = list_runs("validate-truth-scores")
+except Exception:  # noqa: BLE001 - no runs folder yet
+    vruns = pd.DataFrame()
+if len(vruns):
+    from interplab.probes.truth.validation import TruthValidation  # noqa: F401 - registers the result class
+
+    vpath = st.selectbox("Saved validation run", list(vruns["path"])[::-1], key="ts_val_run")
+    val = load_run(vpath).result("validation")
+    st.dataframe(val.recovery_table().round(4), hide_index=True, key="ts_val_table")
+    (st.success if val.passed() else st.error)("every target met on every seed" if val.passed()
+                                               else "some target missed: see the table")
+    c1, c2 = st.columns(2)
+    with c1:
+        show_figure(F.planted_recovery_bars(val.base, val.planted_heads, title="Planted organism"), key="ts_val_base")
+    with c2:
+        show_figure(F.planted_recovery_bars(val.shuffled, val.planted_heads, title="Control: shuffled labels"),
+                    key="ts_val_shuffled")
+else:
+    st.caption("No saved validation runs: `interplab run validate-truth-scores`.")

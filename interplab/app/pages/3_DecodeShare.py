@@ -30,6 +30,29 @@ st.caption("Residual states at generated tokens (KV-cached decode steps) share a
            "compare with prefill-estimated, random and budget-matched controls. Method: Shao et al., ICML 2026; "
            "spec: methods/decodeshare.md.")
 
+with st.expander("Validation: a planted shared decode-time subspace (`validate-decodeshare`)"):
+    # saved runs only, so this shows whatever model is picked below (the organism is built by the experiment)
+    st.caption("An organism built by construction (zoo.validation.decodeshare) plants a 2-dim shared decode-time "
+               "subspace below the top variance directions; the experiment runs the unchanged estimator and "
+               "decode-only removal against alpha-/k-/energy-matched-Haar/top-variance controls and the "
+               "prefill-estimated subspace (negative control).")
+    try:
+        from interplab.results.runs import list_runs, load_run
+
+        vruns = list_runs("validate-decodeshare")
+    except Exception:  # noqa: BLE001 - no runs folder yet
+        vruns = pd.DataFrame()
+    if len(vruns):
+        from interplab.figures.decodeshare import validation_bars
+        from interplab.probes.decodeshare.validation import DecodeShareValidation  # noqa: F401 - registers it
+
+        val = load_run(st.selectbox("Saved validation run", list(vruns["path"])[::-1], key="ds_val_run")
+                       ).result("validation")
+        st.dataframe(val.recovery_table(), hide_index=True, key="ds_val_table")
+        show_figure(validation_bars(val.per_seed), key="ds_val_bars")
+    else:
+        st.caption("No saved validation runs: `interplab run validate-decodeshare` (about 30 s on CPU).")
+
 name, backend = model_picker("model")
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):

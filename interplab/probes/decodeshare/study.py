@@ -210,7 +210,7 @@ def _run_sections(ctx: _Context, study: DecodeShareStudy, states: CalibrationSta
     if "loto" in parts and len(cfg.tasks) >= 3:
         study.loto = _loto(ctx, states.decode, ss.d)
     if "h3" in parts:
-        study.h3 = _h3_grid(ctx, ss, study.subspaces.prefill, states.prefill)
+        study.h3 = _h3_grid(ctx, ss, study.subspaces.prefill, states.prefill, e_states)
     if "alpha" in parts:
         study.alpha_sweep = _alpha_sweep(ctx, ss, bases["haar"].basis, e_states)
     if "steer" in parts:
@@ -237,7 +237,8 @@ def _ablation_table(ctx: _Context, bases: dict[str, Condition]) -> tuple[pd.Data
 
 
 def _loto(ctx: _Context, decode: Mapping[str, np.ndarray], d: int) -> pd.DataFrame | None:
-    """Each task evaluated with the shared subspace estimated without it, and a Haar basis of the same size."""
+    """Each task evaluated with the shared subspace estimated without it, a Haar basis of the same size, and that
+    Haar basis energy-matched (alpha_C^2 E_C = alpha^2 E_S on the fold's decode states; spec §6.2)."""
     rows = []
     for t in ctx.cfg.tasks:
         ctx.say(f"LOTO: held out {t}")
@@ -245,9 +246,12 @@ def _loto(ctx: _Context, decode: Mapping[str, np.ndarray], d: int) -> pd.DataFra
         assert t not in fold.n_rows
         if fold.k_s == 0:
             continue
-        for name, basis in (("loto-removed", fold.basis), ("loto-haar", haar_basis(d, fold.k_s,
-                                                                                  seed=ctx.cfg.seed + 7))):
-            d_ = ctx.evaluate([ctx.projection(basis, ctx.cfg.alpha)], name, sets={t: ctx.evals[t]})
+        haar = haar_basis(d, fold.k_s, seed=ctx.cfg.seed + 7)
+        rest = np.concatenate([decode[u] for u in ctx.cfg.tasks if u != t])
+        he = alpha_matched_control(rest, fold.basis, haar, ctx.cfg.alpha)
+        for name, basis, a in (("loto-removed", fold.basis, ctx.cfg.alpha), ("loto-haar", haar, ctx.cfg.alpha),
+                               ("loto-haar-energy", he.basis, he.alpha)):
+            d_ = ctx.evaluate([ctx.projection(basis, a)], name, sets={t: ctx.evals[t]})
             d_["k_fold"] = fold.k_s
             rows.append(d_)
     if not rows:
@@ -256,18 +260,25 @@ def _loto(ctx: _Context, decode: Mapping[str, np.ndarray], d: int) -> pd.DataFra
     return lo[lo["task"] != "all"].reset_index(drop=True)
 
 
-def _h3_grid(ctx: _Context, ss: SharedSubspace, ss_pre: SharedSubspace, prefill: Mapping) -> pd.DataFrame:
+def _h3_grid(ctx: _Context, ss: SharedSubspace, ss_pre: SharedSubspace, prefill: Mapping,
+             e_states: np.ndarray | None = None) -> pd.DataFrame:
     """Decode-, prefill- and randomly-estimated bases of one size, each removed at the decode and at the prefill
-    locus."""
+    locus; with `e_states`, also the random basis energy-matched to the decode basis on those states
+    ("random-energy": alpha_C^2 E_C = alpha^2 E_S, what the paper's Table 21 caption describes; spec §6.2)."""
     k = min(ss.k_s, max(ss_pre.k_s, 1)) if ss_pre.k_s else ss.k_s
-    ests = {"decode": ss.basis[:, :k], "prefill": matched_prefill_basis(ss_pre, k, prefill)[0],
-            "random": haar_basis(ss.d, k, seed=ctx.cfg.seed + 11)}
+    a = ctx.cfg.alpha
+    haar = haar_basis(ss.d, k, seed=ctx.cfg.seed + 11)
+    ests = {"decode": (ss.basis[:, :k], a), "prefill": (matched_prefill_basis(ss_pre, k, prefill)[0], a),
+            "random": (haar, a)}
+    if e_states is not None and k:
+        he = alpha_matched_control(e_states, ss.basis[:, :k], haar, a)
+        ests["random-energy"] = (he.basis, he.alpha)
     loci = {"decode": dict(phases=("decode",)), "prefill": dict(phases=("prefill",), positions="last_prompt")}
     rows = []
-    for en, basis in ests.items():
+    for en, (basis, alpha) in ests.items():
         for ln, lkw in loci.items():
             ctx.say(f"H3: {en}-estimated at {ln} locus")
-            e = ctx.projection(basis, ctx.cfg.alpha, None if ln == "decode" else "plain", **lkw)
+            e = ctx.projection(basis, alpha, None if ln == "decode" else "plain", **lkw)
             rows.append(ctx.evaluate([e], f"{en}|{ln}"))
     h3 = ctx.summarize(pd.concat([ctx.baseline] + rows, ignore_index=True))
     h3 = h3[(h3["condition"] != "baseline") & (h3["task"] == "all")].copy()

@@ -29,19 +29,36 @@ def _cli(home, *args, **kw):
                              *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
+def _wait_partial(home, proc, timeout=300.0) -> bool:
+    """Wait until the run's hidden .partial folder exists (the run has started writing); False if it ended first."""
+    kind = home / "runs" / "crh-synthetic"
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if kind.is_dir() and any(d.name.endswith(".partial") for d in kind.iterdir()):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.02)
+    return False
+
+
 @pytest.mark.slow
 def test_sigkill_never_leaves_a_complete_looking_run(tmp_path):
     home = tmp_path / "home"
     rng = random.Random(0)
-    t0 = time.perf_counter()
     p = _cli(home, *KILL_ARGS)
+    assert _wait_partial(home, p)
+    t0 = time.perf_counter()
     out, err = p.communicate(timeout=600)
-    full = time.perf_counter() - t0
+    writing = time.perf_counter() - t0  # how long the run spends writing its folder
     assert p.returncode == 0, err[-2000:]
     assert len(list_runs("crh-synthetic", root=home)) == 1
-    for _ in range(4):  # kill at random points of a run
+    killed_mid_run = 0
+    for _ in range(4):  # kill at random points while the run is being written
         p = _cli(home, *KILL_ARGS)
-        time.sleep(rng.uniform(0.3, 0.95) * full)
+        if _wait_partial(home, p):
+            time.sleep(rng.uniform(0.0, 0.9) * writing)
+            killed_mid_run += p.poll() is None
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=60)
         df = list_runs("crh-synthetic", root=home)
@@ -49,6 +66,7 @@ def test_sigkill_never_leaves_a_complete_looking_run(tmp_path):
         for path in df.path:  # every run listed as complete really is
             assert not runs.run_problems(path), path
             load_run(path)
+    assert killed_mid_run, "every kill came after its run had finished; the test exercised nothing"
     before = len(list_runs("crh-synthetic", root=home))
     left = runs.leftovers(home)
     assert left, "a killed run leaves a hidden .partial folder (none found: the kills all missed the run?)"

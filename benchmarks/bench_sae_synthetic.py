@@ -45,6 +45,10 @@ def main(argv=None) -> int:
         res.table.to_csv(a.out, index=False)
     print(res.table.round(4).to_string())
     print(res.ratios().round(4).to_string())
+    from interplab.probes.stats import intervals  # sae may not import probes (layers); the interval is taken here
+    for (a, tr), g in res.table.groupby(["architecture", "trainer"]):
+        ci = intervals(g.mcc)
+        print(f"# {a:9s} {tr:9s} MCC {ci['mean']:.4f} [{ci['lo']:.4f}, {ci['hi']:.4f}] (t, n={ci['n']})")
     print(f"# {secs:.1f} s")
     return 0
 

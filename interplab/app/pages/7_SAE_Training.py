@@ -178,3 +178,25 @@ with tab_gsnr:
             gdf = pd.concat(frames, ignore_index=True)
             st.dataframe(gdf, hide_index=True, key="sae_gsnr_table")
             show_figure(gsnr_figure(gdf), key="sae_gsnr_fig")
+
+# ------------------------------------------------------------------------------------------------ ground truth
+st.header("Ground truth: sequential synthetic benchmark")
+st.caption("FAST vs BT(F) vs BT(P) SAEs trained on synthetic sequences whose features are known (special-token "
+           "bos/eot, position, topic carried over when blocks are packed), all scored on the FAST distribution: MCC "
+           "and the recovery (max |cos| of a decoder row) of each feature group; bars are means over SAE seeds with "
+           "95% t intervals. Produced by `interplab run sae-synthetic` (model-free; docs/sae.md).")
+try:
+    from interplab.results.runs import list_runs, load_run
+
+    syn_runs = list_runs("sae-synthetic")
+except Exception:  # noqa: BLE001 - no runs folder yet
+    syn_runs = pd.DataFrame()
+if len(syn_runs):
+    from interplab.figures.sae import sequential_truth_figure
+
+    syn_path = st.selectbox("Saved sae-synthetic run", list(syn_runs["path"])[::-1], key="sae_syn_run")
+    syn = load_run(syn_path).result("sequential").table
+    show_figure(sequential_truth_figure(syn), key="sae_syn_fig")
+    st.dataframe(syn.round(4), hide_index=True, key="sae_syn_table")
+else:
+    st.caption("No saved runs: `interplab run sae-synthetic`.")

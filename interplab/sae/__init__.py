@@ -15,6 +15,7 @@ from interplab.sae.sites import hook_name_to_site, load_sae, sae_site, site_to_h
 from interplab.sae.data import SAEData, generic_dialogues, sae_data, toy_dialogues
 from interplab.sae.synthetic import (SyntheticComparison, SyntheticConfig, compare_with_saelens, synthetic_data,
                                      synthetic_metrics)
+from interplab.sae.sequential import SequentialBenchmark, SequentialConfig, SequentialData, sequential_benchmark
 from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, FastVsBlockResult, SAERecipe,
                                    SpecialTokenSteering, fast_vs_block, leakage_table, metrics_row,
                                    special_token_steering, train_one)
@@ -31,4 +32,5 @@ __all__ = [
     "generic_dialogues", "METHOD_LABELS", "SAERecipe", "ComparisonConfig", "FastVsBlockResult",
     "SpecialTokenSteering", "fast_vs_block", "leakage_table", "metrics_row", "special_token_steering", "train_one",
     "SyntheticConfig", "SyntheticComparison", "compare_with_saelens", "synthetic_data", "synthetic_metrics",
+    "SequentialConfig", "SequentialData", "SequentialBenchmark", "sequential_benchmark",
 ]

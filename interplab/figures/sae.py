@@ -238,3 +238,23 @@ def sequential_truth_figure(df, metrics: Sequence[str] = tuple(SYNTHETIC_METRICS
     return apply_style(fig, title=title or "Sequential synthetic benchmark: recovery of the true features "
                                             "(FAST distribution; mean and 95% t interval over SAE seeds)",
                        xaxis="", yaxis="max |cos| / MCC")
+
+
+def sequential_l0_figure(df, metric: str = "mcc", *, title: str | None = None):
+    """Matched-L0 view of the sequential benchmark: `metric` against measured L0 (FAST distribution), one line per
+    arm over the TopK sweep (k), mean and 95% t interval over SAE seeds (`stats.intervals`) at each k."""
+    import plotly.graph_objects as go
+
+    from interplab.probes.stats import intervals
+
+    labels = {"fast": "FAST", "bt_f": "BT(F)", "bt_p": "BT(P)"}
+    fig = go.Figure()
+    for i, (arm, g) in enumerate(df.groupby("arm", sort=False)):
+        pts = [(intervals(h["sae_l0"])["mean"], intervals(h[metric])) for _, h in g.groupby("k")]
+        ys = [c["mean"] for _, c in pts]
+        err = [c["hi"] - c["mean"] if math.isfinite(c["hi"]) else 0.0 for _, c in pts]
+        fig.add_scatter(x=[x for x, _ in pts], y=ys, mode="lines+markers", name=labels.get(arm, arm),
+                        line_color=QUALITATIVE[i % len(QUALITATIVE)], error_y=dict(type="data", array=err))
+    return apply_style(fig, title=title or f"{SYNTHETIC_METRICS.get(metric, metric)} vs L0 (TopK sweep; 95% t "
+                                           "intervals over SAE seeds)", xaxis="L0 (FAST distribution)",
+                       yaxis=SYNTHETIC_METRICS.get(metric, metric))

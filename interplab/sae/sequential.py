@@ -44,7 +44,8 @@ class SequentialConfig:
     """Data: hidden_dim, n_generic generic features firing with p_generic; n_topics; sample lengths in [min_len,
     max_len]; context_size of a packed block; bos_magnitude / inner_bos_magnitude; carry (topic carry-over decay).
     SAE: architecture, d_sae (default: the number of true features), steps x batch, lr, k, l1/l0 coefficients.
-    seeds: SAE seeds per arm; eval_tokens: FAST tokens for evaluation; data_seed."""
+    seeds: SAE seeds per arm; ks: a TopK sweep (matched L0 across arms: L0 = k by construction; empty = just k);
+    eval_tokens: tokens for evaluation; data_seed."""
     hidden_dim: int = 32
     n_generic: int = 24
     p_generic: float = 0.06
@@ -64,6 +65,7 @@ class SequentialConfig:
     l1_coefficient: float = 1.0
     l0_coefficient: float = 1.0
     seeds: tuple[int, ...] = (0, 1, 2)
+    ks: tuple[int, ...] = ()
     eval_tokens: int = 20_000
     data_seed: int = 0
 
@@ -170,15 +172,15 @@ class SequentialData:
             yield from x.split(batch)
 
 
-class _FastEvalGenerator:
-    """The FAST distribution as an ActivationGenerator for `eval_sae_on_synthetic_data` (`.sample(n)`)."""
+class _EvalGenerator:
+    """One arm's distribution as an ActivationGenerator for `eval_sae_on_synthetic_data` (`.sample(n)`)."""
 
-    def __init__(self, data: SequentialData, seed: int):
-        self.data = data
+    def __init__(self, data: SequentialData, seed: int, arm: str = "fast"):
+        self.data, self.arm = data, arm
         self.rng = np.random.default_rng([data.cfg.data_seed, seed, 99])
 
     def sample(self, n: int) -> torch.Tensor:
-        return torch.from_numpy(self.data.fast(self.rng, n))
+        return torch.from_numpy(self.data.arm(self.arm, self.rng, n))
 
     __call__ = sample
 
@@ -192,9 +194,9 @@ def _recovery(W_dec: torch.Tensor, truth: torch.Tensor) -> np.ndarray:
 
 @dataclass
 class SequentialBenchmark(Result):
-    """One row per (arm, seed): FAST-distribution metrics (mcc, f1, explained_variance, sae_l0, dead_latents) and
+    """One row per (arm, k, seed): FAST-distribution metrics (mcc, f1, explained_variance, sae_l0, dead_latents) and
     the recovery of the special-token features (rec_bos, rec_eot) and of the topic / position / generic groups
-    (mean max |cos|). ``config``: the SequentialConfig as a dict."""
+    (mean max |cos|), and f1 / explained_variance / sae_l0 on the packed BT(F) distribution (``_packed``). ``config``: the SequentialConfig as a dict."""
     table: pd.DataFrame
     config: dict
 
@@ -207,12 +209,12 @@ class SequentialBenchmark(Result):
         return self.table
 
 
-def _train_arm(cfg: SequentialConfig, data: SequentialData, arm: str, seed: int, out: Path):
+def _train_arm(cfg: SequentialConfig, data: SequentialData, arm: str, seed: int, out: Path, k: int):
     from sae_lens import SAE
 
     tcfg = SAETrainConfig(method="activations", architecture=cfg.architecture, mode="native",
                           d_sae=cfg.d_sae or cfg.n_features, steps=cfg.steps, batch_tokens=cfg.batch, lr=cfg.lr,
-                          lr_end=cfg.lr, k=cfg.k, l1_coefficient=cfg.l1_coefficient, l0_coefficient=cfg.l0_coefficient,
+                          lr_end=cfg.lr, k=k, l1_coefficient=cfg.l1_coefficient, l0_coefficient=cfg.l0_coefficient,
                           seed=seed, log_every=cfg.steps)
     train_sae(None, data.stream(arm, cfg.batch, seed), config=tcfg, out_dir=out, overwrite=True)
     return SAE.load_from_disk(str(out))
@@ -222,14 +224,19 @@ def _score(sae, data: SequentialData, seed: int) -> dict:
     from sae_lens.synthetic import eval_sae_on_synthetic_data
 
     c, ix = data.cfg, data.index
-    r = eval_sae_on_synthetic_data(sae, data.dictionary, _FastEvalGenerator(data, seed), num_samples=c.eval_tokens)
+    r = eval_sae_on_synthetic_data(sae, data.dictionary, _EvalGenerator(data, seed), num_samples=c.eval_tokens)
+    # the packed (BT(F)) distribution too: the issue asks for both; MCC depends on the decoder only
+    rp = eval_sae_on_synthetic_data(sae, data.dictionary, _EvalGenerator(data, seed, "bt_f"),
+                                    num_samples=c.eval_tokens)
     rec = _recovery(sae.W_dec.detach(), data.dictionary.feature_vectors.detach())
     groups = {"generic": slice(0, c.n_generic), "topic": slice(ix["topic0"], ix["topic0"] + c.n_topics),
               "pos": slice(ix["pos0"], ix["bos"])}
     return {"mcc": r.mcc, "f1": float(r.classification.f1_score), "explained_variance": r.explained_variance,
             "sae_l0": r.sae_l0, "true_l0": r.true_l0, "dead_latents": int(r.dead_latents),
             "rec_bos": float(rec[ix["bos"]]), "rec_eot": float(rec[ix["eot"]]),
-            **{f"rec_{g}": float(rec[s].mean()) for g, s in groups.items()}}
+            **{f"rec_{g}": float(rec[s].mean()) for g, s in groups.items()},
+            "f1_packed": float(rp.classification.f1_score), "explained_variance_packed": rp.explained_variance,
+            "sae_l0_packed": rp.sae_l0}
 
 
 def sequential_benchmark(cfg: SequentialConfig | None = None, *, arms=ARMS, progress=None) -> SequentialBenchmark:
@@ -238,12 +245,13 @@ def sequential_benchmark(cfg: SequentialConfig | None = None, *, arms=ARMS, prog
     data = SequentialData(cfg)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for arm in arms:
-            for s in cfg.seeds:
-                if progress:
-                    progress(f"{arm} seed {s}")
-                sae = _train_arm(cfg, data, arm, int(s), Path(tmp) / f"{arm}_{s}")
-                rows.append({"arm": arm, "seed": int(s), **_score(sae, data, 1000 + int(s))})
+        for k in cfg.ks or (cfg.k,):
+            for arm in arms:
+                for s in cfg.seeds:
+                    if progress:
+                        progress(f"{arm} k={k} seed {s}")
+                    sae = _train_arm(cfg, data, arm, int(s), Path(tmp) / f"{arm}_{k}_{s}", int(k))
+                    rows.append({"arm": arm, "k": int(k), "seed": int(s), **_score(sae, data, 1000 + int(s))})
     d = asdict(cfg)
-    d["seeds"] = list(cfg.seeds)
+    d["seeds"], d["ks"] = list(cfg.seeds), list(cfg.ks)
     return SequentialBenchmark(table=pd.DataFrame(rows), config=d)

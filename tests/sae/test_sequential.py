@@ -56,9 +56,11 @@ def test_sae_synthetic_experiment_runs(tmp_path):
     from interplab.core.io import read_json
     from interplab.experiments.registry import run_experiment
 
-    path = run_experiment("sae-synthetic", {"steps": 40, "batch": 128, "seeds": [0, 1], "eval_tokens": 2000},
-                          root=tmp_path)
+    path = run_experiment("sae-synthetic", {"steps": 30, "batch": 128, "seeds": [0, 1], "ks": [2, 4],
+                                            "eval_tokens": 2000}, root=tmp_path)
     s = read_json(path / "json" / "summary.json")
-    assert set(s) == {"fast", "bt_f", "bt_p"}
-    assert s["fast"]["mcc"]["n"] == 2 and s["fast"]["mcc"]["method"] == "t"
-    assert (path / "figures" / "sequential_truth.html").exists()
+    assert set(s) == {f"{a}/k={k}" for a in ("fast", "bt_f", "bt_p") for k in (2, 4)}
+    assert s["fast/k=4"]["mcc"]["n"] == 2 and s["fast/k=4"]["mcc"]["method"] == "t"
+    # TopK: L0 is k on both distributions (the matched-L0 design holds)
+    assert abs(s["bt_p/k=2"]["sae_l0"]["mean"] - 2) < 0.1 and "explained_variance_packed" in s["fast/k=2"]
+    assert (path / "figures" / "sequential_truth.html").exists() and (path / "figures" / "l0_mcc.html").exists()

@@ -192,7 +192,7 @@ def sae_synthetic(cfg: SAESyntheticConfig, run) -> None:
     res = sequential_benchmark(scfg, progress=lambda s: print(f"  training {s}", flush=True))
     run.save_result("sequential", res)
     run.save_table("sequential", res.table)
-    cols = (*SYNTHETIC_METRICS, "explained_variance", "sae_l0", "f1", "f1_packed", "explained_variance_packed")
+    cols = (*SYNTHETIC_METRICS, "sae_l0", "f1", "f1_packed")
     summary = {f"{arm}/k={k}": {m: intervals(g[m]) for m in cols}
                for (arm, k), g in res.table.groupby(["arm", "k"], sort=False)}
     run.save_json("summary", summary)

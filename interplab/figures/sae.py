@@ -211,10 +211,13 @@ def context_html(tokens: Sequence[str], acts: Sequence[float], vmax: float | Non
 
 SYNTHETIC_METRICS = {"mcc": "MCC (all true features)", "rec_bos": "recovery: bos (special token)",
                      "rec_eot": "recovery: eot (special token)", "rec_pos": "recovery: position features",
-                     "rec_topic": "recovery: topic features", "rec_generic": "recovery: generic features"}
+                     "rec_topic": "recovery: topic features", "rec_generic": "recovery: generic features",
+                     "explained_variance": "explained variance (FAST)",
+                     "explained_variance_packed": "explained variance (packed BT(F))"}
 
 
-def sequential_truth_figure(df, metrics: Sequence[str] = tuple(SYNTHETIC_METRICS), *, title: str | None = None):
+def sequential_truth_figure(df, metrics: Sequence[str] = ("mcc", "rec_bos", "rec_eot", "rec_pos", "rec_topic",
+                                                          "rec_generic"), *, title: str | None = None):
     """Sequential synthetic benchmark (`interplab.sae.sequential`): per metric, one bar per training arm (FAST,
     BT(F), BT(P)) with the mean over SAE seeds and a 95% Student-t interval (`stats.intervals`), all scored on the
     FAST distribution against the true features. `df`: one row per (arm, seed)."""

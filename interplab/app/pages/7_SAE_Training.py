@@ -192,11 +192,17 @@ try:
 except Exception:  # noqa: BLE001 - no runs folder yet
     syn_runs = pd.DataFrame()
 if len(syn_runs):
-    from interplab.figures.sae import sequential_truth_figure
+    from interplab.figures.sae import sequential_l0_figure, sequential_truth_figure
 
     syn_path = st.selectbox("Saved sae-synthetic run", list(syn_runs["path"])[::-1], key="sae_syn_run")
     syn = load_run(syn_path).result("sequential").table
-    show_figure(sequential_truth_figure(syn), key="sae_syn_fig")
+    ks = sorted(syn["k"].unique()) if "k" in syn else [None]
+    k_pick = st.selectbox("TopK k (L0)", ks, index=len(ks) // 2, key="sae_syn_k") if len(ks) > 1 else ks[0]
+    show_figure(sequential_truth_figure(syn if k_pick is None else syn[syn["k"] == k_pick]), key="sae_syn_fig")
+    if len(ks) > 1:
+        metric = st.selectbox("Matched-L0 metric", ["mcc", "rec_bos", "rec_eot", "explained_variance",
+                                                    "explained_variance_packed"], key="sae_syn_metric")
+        show_figure(sequential_l0_figure(syn, metric), key="sae_syn_l0_fig")
     st.dataframe(syn.round(4), hide_index=True, key="sae_syn_table")
 else:
     st.caption("No saved runs: `interplab run sae-synthetic`.")

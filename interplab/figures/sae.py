@@ -207,3 +207,57 @@ def context_html(tokens: Sequence[str], acts: Sequence[float], vmax: float | Non
         parts.append(f'<span title="{v:.3g}" style="background: rgba(230,159,0,{alpha:.2f}); padding:1px 2px; '
                      f'margin:0 1px; border-radius:3px">{html.escape(str(t))}</span>')
     return "<div style='line-height:1.9; font-family: monospace; font-size: 13px'>" + "".join(parts) + "</div>"
+
+
+SYNTHETIC_METRICS = {"mcc": "MCC (all true features)", "rec_bos": "recovery: bos (special token)",
+                     "rec_eot": "recovery: eot (special token)", "rec_pos": "recovery: position features",
+                     "rec_topic": "recovery: topic features", "rec_generic": "recovery: generic features",
+                     "explained_variance": "explained variance (FAST)",
+                     "explained_variance_packed": "explained variance (packed BT(F))"}
+
+
+def sequential_truth_figure(df, metrics: Sequence[str] = ("mcc", "rec_bos", "rec_eot", "rec_pos", "rec_topic",
+                                                          "rec_generic"), *, title: str | None = None):
+    """Sequential synthetic benchmark (`interplab.sae.sequential`): per metric, one bar per training arm (FAST,
+    BT(F), BT(P)) with the mean over SAE seeds and a 95% Student-t interval (`stats.intervals`), all scored on the
+    FAST distribution against the true features. `df`: one row per (arm, seed)."""
+    import plotly.graph_objects as go
+
+    from interplab.probes.stats import intervals
+
+    labels = {"fast": "FAST", "bt_f": "BT(F)", "bt_p": "BT(P)"}
+    fig = go.Figure()
+    for i, (arm, g) in enumerate(df.groupby("arm", sort=False)):
+        cis = [intervals(g[m]) for m in metrics]
+        means = [c["mean"] for c in cis]
+        plus = [c["hi"] - c["mean"] if math.isfinite(c["hi"]) else 0.0 for c in cis]
+        minus = [c["mean"] - c["lo"] if math.isfinite(c["lo"]) else 0.0 for c in cis]
+        hover = [f"{labels.get(arm, arm)}<br>{m}: {c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] (t, n={c['n']})"
+                 for m, c in zip(metrics, cis)]
+        fig.add_bar(x=[SYNTHETIC_METRICS.get(m, m) for m in metrics], y=means, name=labels.get(arm, arm),
+                    marker_color=QUALITATIVE[i % len(QUALITATIVE)], hovertext=hover, hoverinfo="text",
+                    error_y=dict(type="data", array=plus, arrayminus=minus, visible=True))
+    fig.update_layout(barmode="group", yaxis_range=[0, 1.05])
+    return apply_style(fig, title=title or "Sequential synthetic benchmark: recovery of the true features "
+                                            "(FAST distribution; mean and 95% t interval over SAE seeds)",
+                       xaxis="", yaxis="max |cos| / MCC")
+
+
+def sequential_l0_figure(df, metric: str = "mcc", *, title: str | None = None):
+    """Matched-L0 view of the sequential benchmark: `metric` against measured L0 (FAST distribution), one line per
+    arm over the TopK sweep (k), mean and 95% t interval over SAE seeds (`stats.intervals`) at each k."""
+    import plotly.graph_objects as go
+
+    from interplab.probes.stats import intervals
+
+    labels = {"fast": "FAST", "bt_f": "BT(F)", "bt_p": "BT(P)"}
+    fig = go.Figure()
+    for i, (arm, g) in enumerate(df.groupby("arm", sort=False)):
+        pts = [(intervals(h["sae_l0"])["mean"], intervals(h[metric])) for _, h in g.groupby("k")]
+        ys = [c["mean"] for _, c in pts]
+        err = [c["hi"] - c["mean"] if math.isfinite(c["hi"]) else 0.0 for _, c in pts]
+        fig.add_scatter(x=[x for x, _ in pts], y=ys, mode="lines+markers", name=labels.get(arm, arm),
+                        line_color=QUALITATIVE[i % len(QUALITATIVE)], error_y=dict(type="data", array=err))
+    return apply_style(fig, title=title or f"{SYNTHETIC_METRICS.get(metric, metric)} vs L0 (TopK sweep; 95% t "
+                                           "intervals over SAE seeds)", xaxis="L0 (FAST distribution)",
+                       yaxis=SYNTHETIC_METRICS.get(metric, metric))

@@ -8,8 +8,8 @@ import numpy as np
 
 from interplab.core.errors import ShapeError
 
-__all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "t_interval", "paired_signflip_test",
-           "permutation_p"]
+__all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "t_interval", "intervals", "slope_interval",
+           "paired_signflip_test", "permutation_p"]
 
 
 def pearson(a, b) -> np.ndarray:
@@ -77,6 +77,49 @@ def t_interval(values, *, level: float = 0.95) -> tuple[float, float, float]:
         return m, float("nan"), float("nan")
     half = float(student_t.ppf(0.5 + level / 2, x.size - 1)) * float(x.std(ddof=1)) / np.sqrt(x.size)
     return m, float(m - half), float(m + half)
+
+
+def intervals(values, *, method: str = "t", level: float = 0.95, B: int = 5000, seed: int = 0) -> dict:
+    """The one interval every method reports: {mean, lo, hi, n, method, level} of the mean of `values` (NaNs
+    dropped), by a Student-t interval (`t`, n − 1 dof: seeds) or a percentile bootstrap (`bootstrap`: many
+    examples). A JSON-ready dict, so experiments save it as is."""
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    x = x[np.isfinite(x)]
+    if method == "t":
+        m, lo, hi = t_interval(x, level=level)
+    elif method == "bootstrap":
+        m, lo, hi = bootstrap_ci(x, B=B, level=level, seed=seed)
+    else:
+        raise ValueError(f"method must be 't' or 'bootstrap', got {method!r}")
+    return {"mean": m, "lo": lo, "hi": hi, "n": int(x.size), "method": method, "level": level}
+
+
+def slope_interval(x, y, *, level: float = 0.95) -> dict:
+    """Least-squares slope of y on x with its Student-t interval (n − 2 residual dof; with 4 points the t quantile
+    is 4.30, not 1.96). {slope, intercept, lo, hi, half, se, dof, n}; NaN bounds for fewer than 3 points."""
+    from scipy.stats import t as student_t
+
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    if x.shape != y.shape:
+        raise ShapeError(f"slope_interval needs equally long x and y, got {x.size} and {y.size}")
+    n = int(x.size)
+    nan = float("nan")
+    if n < 2 or np.ptp(x) == 0:
+        return {"slope": nan, "intercept": nan, "lo": nan, "hi": nan, "half": nan, "se": nan, "dof": max(0, n - 2),
+                "n": n}
+    xc = x - x.mean()
+    slope = float((xc * (y - y.mean())).sum() / (xc * xc).sum())
+    intercept = float(y.mean() - slope * x.mean())
+    dof = n - 2
+    if dof < 1:
+        se = half = nan
+    else:
+        resid = y - (intercept + slope * x)
+        se = float(np.sqrt((resid @ resid) / dof / (xc * xc).sum()))
+        half = float(student_t.ppf(0.5 + level / 2, dof)) * se
+    return {"slope": slope, "intercept": intercept, "lo": slope - half, "hi": slope + half, "half": half, "se": se,
+            "dof": dof, "n": n}
 
 
 def paired_signflip_test(a, b, *, B: int = 10000, seed: int = 0) -> float:

@@ -13,6 +13,9 @@ from interplab.sae.dedup import dedup_ngrams
 from interplab.sae.chat import assistant_token_mask, chat_ids, is_dialogue, special_token_ids, text_ids
 from interplab.sae.sites import hook_name_to_site, load_sae, sae_site, site_to_hook_name
 from interplab.sae.data import SAEData, generic_dialogues, sae_data, toy_dialogues
+from interplab.sae.synthetic import (SyntheticComparison, SyntheticConfig, compare_with_saelens, synthetic_data,
+                                     synthetic_metrics)
+from interplab.sae.sequential import SequentialBenchmark, SequentialConfig, SequentialData, sequential_benchmark
 from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, FastVsBlockResult, SAERecipe,
                                    SpecialTokenSteering, fast_vs_block, leakage_table, metrics_row,
                                    special_token_steering, train_one)
@@ -28,4 +31,6 @@ __all__ = [
     "hook_name_to_site", "load_sae", "sae_site", "site_to_hook_name", "SAEData", "sae_data", "toy_dialogues",
     "generic_dialogues", "METHOD_LABELS", "SAERecipe", "ComparisonConfig", "FastVsBlockResult",
     "SpecialTokenSteering", "fast_vs_block", "leakage_table", "metrics_row", "special_token_steering", "train_one",
+    "SyntheticConfig", "SyntheticComparison", "compare_with_saelens", "synthetic_data", "synthetic_metrics",
+    "SequentialConfig", "SequentialData", "SequentialBenchmark", "sequential_benchmark",
 ]

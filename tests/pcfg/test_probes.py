@@ -101,6 +101,50 @@ def test_attention_offset_mass_frame(tiny_model):
     assert set(am.k) == {1, 2, 3} and set(am.layer) == {0, 1} and (am.mass >= 0).all() and (am.mass <= 1).all()
 
 
+def _planted_offset_gpt2(tok, offset: int, n_ctx: int = 16, head: int = 1):
+    """A GPT-2 whose layer-0 head `head` attends exactly `offset` tokens back, set by hand: token embeddings are
+    zero and position p's embedding is the one-hot e_p, so after ln_1 the residual is a(e_p - 1/d); on that head
+    W_K is the identity and W_Q the shift e_p -> e_{p-offset}, scaled so the softmax is one-hot to 1e-6."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    d = 2 * n_ctx
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=n_ctx, n_embd=d, n_layer=2, n_head=2, attn_pdrop=0,
+                     resid_pdrop=0, embd_pdrop=0, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        hf.transformer.wte.weight.zero_()
+        hf.transformer.wpe.weight.zero_()
+        hf.transformer.wpe.weight[:, :n_ctx] = torch.eye(n_ctx)
+        attn = hf.transformer.h[0].attn
+        W = attn.c_attn.weight  # Conv1D [d_in, 3d]: q | k | v
+        attn.c_attn.bias.zero_()
+        q_cols = slice(head * n_ctx, (head + 1) * n_ctx)
+        k_cols = slice(d + head * n_ctx, d + (head + 1) * n_ctx)
+        W[:, q_cols] = 0
+        W[:, k_cols] = 0
+        for p in range(offset, n_ctx):
+            W[p, head * n_ctx + p - offset] = 200.0  # q_p = 200 e_{p - offset}
+        W[:n_ctx, k_cols] = torch.eye(n_ctx)       # k_j = e_j
+    return hf.double()
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_attention_offset_mass_finds_planted_offset_head(k):
+    """A head planted to attend 2^(k-1) back must show mass ~1 at that k and ~0 at the others; the other
+    (random) head and layer 1 must not look like it."""
+    g = uniform_binary(L=3, K=2, q=3, V=6, k_lex=2, alpha=0.5, alpha_lex=0.5, seed=0)
+    tok = pcfg_tokenizer(g)
+    m = wrap_hf_model(_planted_offset_gpt2(tok, 2 ** (k - 1)), tok)
+    am = attention_offset_mass(m, g, 16).set_index(["layer", "head", "k"])
+    assert am.loc[(0, 1, k), "mass"] > 0.999
+    assert am.loc[(0, 1, k), "mass_aligned"] > 0.999
+    others = [j for j in (1, 2, 3) if j != k]
+    assert all(am.loc[(0, 1, j), "mass"] < 0.2 for j in others)
+    planted = (am.index.get_level_values(0) == 0) & (am.index.get_level_values(1) == 1)
+    assert am[~planted]["mass"].max() < 0.5
+
+
 def test_results_round_trip(tiny_model, tmp_path):
     from interplab.core.result import Result
     from interplab.probes.pcfg import ConstructionMirror, ProbeStudy, construction_mirror, depth_sweep, probe_study

@@ -185,3 +185,31 @@ with tab_gsnr:
             gdf = pd.concat(frames, ignore_index=True)
             st.dataframe(gdf, hide_index=True, key="sae_gsnr_table")
             show_figure(gsnr_figure(gdf), key="sae_gsnr_fig")
+
+# ------------------------------------------------------------------------------------------------ ground truth
+st.header("Ground truth: sequential synthetic benchmark")
+st.caption("FAST vs BT(F) vs BT(P) SAEs trained on synthetic sequences whose features are known (special-token "
+           "bos/eot, position, topic carried over when blocks are packed), all scored on the FAST distribution: MCC "
+           "and the recovery (max |cos| of a decoder row) of each feature group; bars are means over SAE seeds with "
+           "95% t intervals. Produced by `interplab run sae-synthetic` (model-free; docs/sae.md).")
+try:
+    from interplab.results.runs import list_runs, load_run
+
+    syn_runs = list_runs("sae-synthetic")
+except Exception:  # noqa: BLE001 - no runs folder yet
+    syn_runs = pd.DataFrame()
+if len(syn_runs):
+    from interplab.figures.sae import sequential_l0_figure, sequential_truth_figure
+
+    syn_path = st.selectbox("Saved sae-synthetic run", list(syn_runs["path"])[::-1], key="sae_syn_run")
+    syn = load_run(syn_path).result("sequential").table
+    ks = sorted(syn["k"].unique()) if "k" in syn else [None]
+    k_pick = st.selectbox("TopK k (L0)", ks, index=len(ks) // 2, key="sae_syn_k") if len(ks) > 1 else ks[0]
+    show_figure(sequential_truth_figure(syn if k_pick is None else syn[syn["k"] == k_pick]), key="sae_syn_fig")
+    if len(ks) > 1:
+        metric = st.selectbox("Matched-L0 metric", ["mcc", "rec_bos", "rec_eot", "explained_variance",
+                                                    "explained_variance_packed"], key="sae_syn_metric")
+        show_figure(sequential_l0_figure(syn, metric), key="sae_syn_l0_fig")
+    st.dataframe(syn.round(4), hide_index=True, key="sae_syn_table")
+else:
+    st.caption("No saved runs: `interplab run sae-synthetic`.")

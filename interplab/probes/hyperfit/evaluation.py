@@ -12,6 +12,7 @@ import numpy as np
 from interplab.core.errors import ConfigError, InputError
 from interplab.core.result import Result
 from interplab.probes.hyperfit.repetition import generation_metrics
+from interplab.probes.stats import intervals
 from interplab.probes.hyperfit.inputs import context_prompts, generate_continuations, teacher_forced_logits
 from interplab.probes.hyperfit.ranks import base_ranks_of, compare_teacher_forced, static_delta
 from interplab.probes.hyperfit.temperature import (TemperatureMatch, entropy, match_temperature,
@@ -77,12 +78,15 @@ class HyperfitEvalResult(Result):
 
 
 def _mean_sd(rows: list[dict]) -> dict:
+    """Mean, sd and a 95% t interval over seeds (`stats.intervals`; NaN bounds for one seed) of every numeric key."""
     out = {}
     for k in rows[0]:
         vals = [r[k] for r in rows]
         if all(isinstance(v, (int, float, np.floating)) for v in vals):
             out[k] = float(np.mean(vals))
             out[f"{k}_sd"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+            ci = intervals(vals, method="t")
+            out[f"{k}_lo"], out[f"{k}_hi"] = ci["lo"], ci["hi"]
         else:
             out[k] = vals[0]
     return out

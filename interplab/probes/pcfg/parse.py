@@ -13,12 +13,13 @@ import torch
 from interplab.core.errors import InputError
 from interplab.grammar import PCFG, sample_eval_set
 from interplab.models.lab_model import LabModel
+from interplab.probes.stats import intervals, slope_interval
 from interplab.probes.pcfg.capture import collect, random_init_like, require_lab_model
 from interplab.probes.pcfg.fit import features, fit_linear, fit_mlp, shuffle_within_token, split_sequences
 from interplab.probes.pcfg.targets import PROBE_TARGETS, ProbeData, bucket_label, build_targets
 from interplab.train.grammar_eval import max_len_for
 
-__all__ = ["parse_probes", "local_to_global", "lstar_slope"]
+__all__ = ["parse_probes", "local_to_global", "lstar_slope", "lstar_slope_by_split"]
 
 DEFAULT_TARGETS = ("span_posterior", "inside", "gold_label", "pending", "next_token")
 
@@ -134,6 +135,8 @@ def _layer_rows(scores: dict, layers, base: dict, probe: str, seed: int, control
                "metric": base["metric"], "score": float(tr_scores[:, li].mean()),
                "score_std": float(tr_scores[:, li].std()) if tr_scores.shape[0] > 1 else float("nan"),
                "n_examples": base["n_examples"], "probe": probe, "seed": seed}
+        # per-split scores, so l*(ℓ) and its slope can also be read split by split (`lstar_slope_by_split`)
+        row.update({f"score_split{s}": float(tr_scores[s, li]) for s in range(tr_scores.shape[0])})
         if controls:
             row["score_random_init"] = float(scores["random_init"][:, li].mean()) if "random_init" in scores else float("nan")
             row["score_shuffled"] = float(scores["shuffled"][li]) if "shuffled" in scores else float("nan")
@@ -158,16 +161,26 @@ def local_to_global(df: pd.DataFrame, frac: float = 0.9) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def lstar_slope(lstar: pd.DataFrame, target: str) -> dict:
-    """Least-squares slope of l*(ℓ) against log2 ℓ for one target, with a normal-approximation 95% CI."""
+def lstar_slope(lstar: pd.DataFrame, target: str, *, level: float = 0.95) -> dict:
+    """Least-squares slope of l*(ℓ) against log2 ℓ for one target with a Student-t interval on n − 2 residual dof
+    (`stats.slope_interval`; 4 buckets leave 2 dof, so the 95% half-width is 4.30·SE, not 1.96·SE). ``ci95`` is
+    that half-width; ``lo``/``hi`` the bounds."""
     d = lstar[(lstar["target"] == target) & lstar["log2_len"].notna()]
-    if len(d) < 2:
-        return {"slope": float("nan"), "ci95": float("nan"), "n": len(d)}
-    x, y = d["log2_len"].to_numpy(float), d["l_star"].to_numpy(float)
-    A = np.stack([x, np.ones_like(x)], 1)
-    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
-    resid = y - A @ coef
-    dof = max(1, len(x) - 2)
-    s2 = float(resid @ resid) / dof
-    var = s2 / max(1e-12, float(((x - x.mean()) ** 2).sum()))
-    return {"slope": float(coef[0]), "intercept": float(coef[1]), "ci95": 1.96 * math.sqrt(var), "n": len(d)}
+    fit = slope_interval(d["log2_len"].to_numpy(float), d["l_star"].to_numpy(float), level=level)
+    return {**fit, "ci95": fit["half"], "interval": f"t({fit['dof']})", "n": len(d)}
+
+
+def lstar_slope_by_split(probes: pd.DataFrame, target: str, *, frac: float = 0.9, level: float = 0.95) -> dict:
+    """The secondary view: l*(ℓ) and its slope recomputed from each probe split's scores (columns
+    ``score_split<s>`` of `parse_probes`), and a t interval of the mean over the split slopes (`stats.intervals`).
+    The splits share one trained model and one sample, so this measures probe-fitting variability only, not
+    variability over training seeds. {slopes: [...], mean, lo, hi, n, method, level}."""
+    cols = sorted(c for c in probes.columns if c.startswith("score_split"))
+    d = probes[probes["target"] == target]
+    slopes = []
+    for c in cols:
+        if d[c].isna().all():
+            continue
+        ls = local_to_global(d.drop(columns="score").rename(columns={c: "score"}), frac)
+        slopes.append(lstar_slope(ls, target)["slope"])
+    return {"slopes": slopes, **intervals(slopes, method="t", level=level)}

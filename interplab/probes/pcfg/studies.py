@@ -11,7 +11,7 @@ from interplab.core.result import Result
 from interplab.grammar import PCFG
 from interplab.models.lab_model import LabModel
 from interplab.probes.pcfg.kl import kl_summary, pcfg_kl
-from interplab.probes.pcfg.parse import local_to_global, lstar_slope, parse_probes
+from interplab.probes.pcfg.parse import local_to_global, lstar_slope, lstar_slope_by_split, parse_probes
 
 __all__ = ["DepthSweep", "depth_sweep", "ProbeStudy", "probe_study"]
 
@@ -66,7 +66,7 @@ def depth_sweep(models: Sequence[LabModel], names: Sequence[str], g: PCFG, n_seq
 @dataclass
 class ProbeStudy(Result):
     """``probes``: the `parse_probes` frame; ``l_star``: `local_to_global` of it; ``slopes``: {target: the
-    `lstar_slope` dict}."""
+    `lstar_slope` dict (t interval on the bucket points) with ``by_split``: the `lstar_slope_by_split` view}."""
 
     probes: pd.DataFrame
     l_star: pd.DataFrame
@@ -83,4 +83,5 @@ def probe_study(model: LabModel, g: PCFG, targets: Sequence[str], probe: str = "
                       cap_per_bucket=cap_per_bucket, max_len=max_len or None)
     ls = local_to_global(df) if len(df) else pd.DataFrame(columns=["target", "bucket", "span_len_lo", "log2_len",
                                                                      "l_star", "best_score", "best_layer"])
-    return ProbeStudy(probes=df, l_star=ls, slopes={t: lstar_slope(ls, t) for t in ls["target"].unique()})
+    return ProbeStudy(probes=df, l_star=ls, slopes={t: {**lstar_slope(ls, t), "by_split": lstar_slope_by_split(df, t)}
+                                                    for t in ls["target"].unique()})

@@ -21,7 +21,7 @@ from interplab.figures.style import PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_
 
 __all__ = ["cylinder_scene", "sector_polar", "penalty_heatmaps", "pairwise_scatter", "baseline_curves",
            "cylinder_stats_figure", "helix_figure", "synthetic_recovery_figure", "trig_law_figure",
-           "steering_vectors_figure"]
+           "steering_vectors_figure", "validation_sector_maps"]
 
 
 def _go():
@@ -357,4 +357,26 @@ def steering_vectors_figure(sv, *, title: str | None = None):
     fig.update_xaxes(title_text="w (budget / dist)")
     apply_style(fig, title=title or (f"Spiral-probe optimisation: dist = {sv.dist:.3g}, t* = {sv.t_star}, "
                                      f"{sv.losses.shape[1] - 1} Adam steps"), height=420)
+    return fig
+
+
+def validation_sector_maps(maps, *, seed: int | None = None, title: str | None = None):
+    """Measured sector concept-rate map (population AUC per bin) of each `validate-crh` condition against the planted
+    sector map g, both over the bins' angle in the planted (e1, e2) frame minus ψ (one seed; default the first)."""
+    go = _go()
+    if maps is None or len(maps) == 0:
+        raise InputError("validation_sector_maps needs the `maps` table of a validate-crh run")
+    seed = int(maps["seed"].iloc[0]) if seed is None else int(seed)
+    m = maps[maps["seed"] == seed]
+    fig = go.Figure()
+    for i, (cond, sub) in enumerate(m.groupby("condition", sort=False)):
+        x = np.asarray(sub["planted_beta_deg"], np.float64)
+        o = np.argsort(x)
+        fig.add_trace(go.Scatter(x=x[o], y=np.asarray(sub["auc"])[o], mode="lines+markers", name=f"measured: {cond}",
+                                 line=dict(color=QUALITATIVE[i % len(QUALITATIVE)])))
+        if cond == "planted":
+            fig.add_trace(go.Scatter(x=x[o], y=np.asarray(sub["planted_g"])[o], mode="lines", name="planted g",
+                                     line=dict(color="black", dash="dot")))
+    apply_style(fig, title=title or f"Planted CRH organism: sector maps (seed {seed})",
+                xaxis="bin angle in the planted frame (deg)", yaxis="concept rate (AUC over strength) / g")
     return fig

@@ -25,6 +25,30 @@ st.caption("Difference vectors (with concept − without) split into a central a
            "of the top-2 normal directions is estimable, the sensitive sector of a sample is not (CRH). Each fitted "
            "view is a 2-D slice of a (d−1)-dim normal space: read the top-2 explained variance in the titles.")
 
+with st.expander("Validation: a planted cylinder and sector detector (`validate-crh`)"):
+    # saved runs only (the organisms are built by the experiment)
+    st.caption("An organism built by construction (zoo.validation.crh) puts the concept diffs on a known cylinder "
+               "and emits the concept iff κ·⟨x̂,u⟩·‖Px̂‖·g(β) > 1 with g(β) = max(0, cos(β − ψ)). The experiment "
+               "runs the unchanged pipeline (concept_diffs, fit_cylinder, sector/penalty scans with a TokenSetJudge, "
+               "Implications 1–3) and scores axis, plane, sector centre and sector-map recovery, against a "
+               "sector-blind organism and a rotated-plane control (both must fail).")
+    try:
+        from interplab.results.runs import list_runs, load_run
+
+        vruns = list_runs("validate-crh")
+    except Exception:  # noqa: BLE001 - no runs folder yet
+        vruns = pd.DataFrame()
+    if len(vruns):
+        from interplab.figures.crh import validation_sector_maps
+        from interplab.probes.crh.validation import CrhValidation  # noqa: F401 - registers the result class
+
+        val = load_run(st.selectbox("Saved validation run", list(vruns["path"])[::-1], key="crh_val_run")
+                       ).result("validation")
+        st.dataframe(val.recovery_table(), hide_index=True, key="crh_val_table")
+        show_figure(validation_sector_maps(val.maps), key="crh_val_maps")
+    else:
+        st.caption("No saved validation runs: `interplab run validate-crh` (a few minutes on CPU).")
+
 source = st.radio("Source", ["Planted cylinder (synthetic, no model)", "Model concepts"], horizontal=True,
                   key="crh_source")
 

@@ -55,3 +55,15 @@ def test_negative_controls_fail_to_recover(small_run):
     tab = small_run.recovery_table().set_index(["condition", "metric"])
     assert not tab.loc[("sector_blind", "map_r"), "pass"] and not tab.loc[("rotated_plane", "plane_deg"), "pass"]
     assert len(small_run.to_frame()) == 3 and {"auc", "planted_g"} <= set(small_run.maps.columns)
+
+
+@pytest.mark.slow
+def test_validation_figure_and_round_trip(small_run, tmp_path):
+    from interplab.core.result import Result
+    from interplab.figures.crh import validation_sector_maps
+
+    fig = validation_sector_maps(small_run.maps)
+    assert [t.name for t in fig.data][:2] == ["measured: planted", "planted g"]
+    small_run.save(tmp_path / "v")
+    back = Result.load_any(tmp_path / "v")
+    assert back.per_seed.shape == small_run.per_seed.shape and back.passed() == small_run.passed()

@@ -14,6 +14,7 @@ TIMEOUT = 180
 
 def test_crh_page_synthetic(monkeypatch, tmp_path):
     monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(tmp_path / "missing"))
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))  # no saved validate-crh runs: no validation chart
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
     assert not at.exception, at.exception
     keys = [c.key for c in at.get("plotly_chart")]

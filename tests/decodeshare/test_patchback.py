@@ -159,7 +159,8 @@ def test_patchback_rescue_on_random_model(model, basis, baseline, tmp_path):
                            max_new_tokens=K, batch_size=3, stop_tokens=stops, n_boot=50)
     assert res.info["baseline_acc"] == 1.0 and res.info["n_flip"] >= 1
     t = res.table
-    assert set(t["source"]) == {"same-example", "transfer", "transfer (same length)", "haar (same-example)"}
+    assert set(t["source"]) == {"same-example", "transfer", "transfer (same length)", "haar (same-example)",
+                                "random in span (norm-matched)"}
     assert set(t["window"]) == {"{0}", "{0,1}", "all"}
     assert res.rate("same-example", "all") == 1.0
     same_all = t[(t["source"] == "same-example") & (t["window"] == "all") & (t["task"] == "all")].iloc[0]
@@ -173,3 +174,20 @@ def test_pick_transfer_donors_with_keys():
     ok = np.ones(4, bool)
     d = pick_transfer_donors(tasks, ok, [0, 1, 2], seed=0, keys=[3, 5, 3, 4])
     assert d[0] == 2 and d[1] == -1 and d[2] == 0
+
+
+def test_random_span_control_has_the_donors_shared_energy_and_nothing_else():
+    import numpy as np
+
+    from interplab.probes.decodeshare.patchback import random_span_states
+
+    rng = np.random.default_rng(0)
+    Q = np.linalg.qr(rng.standard_normal((16, 3)))[0]
+    states = rng.standard_normal((5, 4, 16))
+    r = random_span_states(Q, states, seed=1)
+    assert r.shape == states.shape
+    np.testing.assert_allclose(r - r @ Q @ Q.T, 0, atol=1e-12)  # inside span(Q)
+    np.testing.assert_allclose(np.linalg.norm(r, axis=-1), np.linalg.norm(states @ Q, axis=-1), rtol=1e-12)
+    cos = np.sum((r @ Q) * (states @ Q), -1) / (np.linalg.norm(r, axis=-1) * np.linalg.norm(states @ Q, axis=-1))
+    assert np.abs(cos).mean() < 0.9  # a random direction, not the donor's own
+    assert not np.allclose(random_span_states(Q, states, seed=2), r)

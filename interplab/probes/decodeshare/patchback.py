@@ -16,6 +16,9 @@ Patch sources:
     rescued and are reported in info["transfer_missing"]).
   * controls ``<name> (same-example)``: the example's own baseline states patched through another subspace of the
     same size (e.g. non-shared components, a Haar-random subspace), so what is written back is not what was removed.
+  * control ``random in span (norm-matched)`` (spec "Controls"): through Q_S, but the written shared component is a
+    random vector of span(Q_S) whose norm equals the same-example donor's shared component ‖Q_Sᵀ h_donor[s]‖ at every
+    step — right subspace, right energy, wrong content.
 
 Everything runs through `LabModel.generate` (KV cache, left-padded batches; each batch gets its own patchback
 holding its rows' donors). Decode step s is the state of generated token s+1 (the one fed at KV-cached step s);
@@ -35,7 +38,7 @@ from interplab.probes.decodeshare.model import _chunks, _encode_prompt, _encode_
 from interplab.probes.stats import bootstrap_ci
 
 __all__ = ["DecodeRecord", "record_generation", "PatchbackResult", "patchback_rescue", "pick_transfer_donors",
-           "patchback_controls"]
+           "patchback_controls", "random_span_states"]
 
 # patch source name -> the ablation condition whose basis it patches through (see `build_bases`)
 CONTROL_BASES = {"non-shared": "var-matched", "haar": "haar"}
@@ -164,32 +167,44 @@ def _flatten(prompts_by_task: Mapping[str, Sequence], answers_by_task: Mapping[s
     return names, prompts, answers, tasks, idx_in_task
 
 
+def random_span_states(Q: np.ndarray, states: np.ndarray, seed: int) -> np.ndarray:
+    """[n, K, d] random vectors of span(Q) with, at every (row, step), the norm of Qᵀ states[row, step]."""
+    Qo = np.linalg.qr(Q)[0]
+    norms = np.linalg.norm(states @ Qo, axis=-1, keepdims=True)  # [n, K, 1]
+    z = np.random.default_rng(seed).standard_normal((*states.shape[:2], Qo.shape[1]))
+    z /= np.maximum(np.linalg.norm(z, axis=-1, keepdims=True), 1e-300)
+    return (z * norms) @ Qo.T
+
+
 def _patch_sources(model, Q, flip, base: DecodeRecord, tasks, answers, *, controls, transfer: bool,
-                   transfer_same_length: bool, seed: int):
-    """[(source name, patch basis, donor index per flipped row)] and the number of rows without a donor."""
-    sources: list[tuple[str, np.ndarray, np.ndarray]] = [("same-example", Q, flip)]
+                   transfer_same_length: bool, random_span: bool, seed: int):
+    """[(source name, patch basis, donor index per flipped row, donor states or None = the baseline's)] and the
+    number of rows without a donor."""
+    sources: list[tuple] = [("same-example", Q, flip, None)]
     missing = {}
     if transfer:
         donors_t = pick_transfer_donors(tasks, base.correct, flip, seed=seed)
         missing["transfer"] = int((donors_t < 0).sum())
-        sources.append(("transfer", Q, donors_t))
+        sources.append(("transfer", Q, donors_t, None))
     if transfer_same_length:
         lengths = [len(_encode_words(model, a)) for a in answers]
         donors_l = pick_transfer_donors(tasks, base.correct, flip, seed=seed, keys=lengths)
         missing["transfer (same length)"] = int((donors_l < 0).sum())
-        sources.append(("transfer (same length)", Q, donors_l))
+        sources.append(("transfer (same length)", Q, donors_l, None))
     for name, b in (controls or {}).items():
         b = np.asarray(b, float)
         if b.ndim != 2 or b.shape[0] != model.d_model:
             raise ShapeError(f"control basis {name!r} must be [d_model={model.d_model}, k]; got {b.shape}")
-        sources.append((f"{name} (same-example)", b, flip))
+        sources.append((f"{name} (same-example)", b, flip, None))
+    if random_span:
+        sources.append(("random in span (norm-matched)", Q, flip, random_span_states(Q, base.states, seed)))
     return sources, missing
 
 
 def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_task: Mapping[str, Sequence], *,
                      layer: int, ablation_basis, alpha: float = 1.0, controls: Mapping[str, Any] | None = None,
                      windows: Sequence = ("0", "0,1", "all"), transfer: bool = True,
-                     transfer_same_length: bool = True, max_new_tokens: int = 12,
+                     transfer_same_length: bool = True, random_span: bool = True, max_new_tokens: int = 12,
                      batch_size: int = 32, stop_tokens: Sequence[int] | None = None, seed: int = 0,
                      n_boot: int = 2000, progress: Callable[[str], None] | None = None) -> PatchbackResult:
     """Rescue rates of decode-only shared-subspace removal by patchback (module doc).
@@ -197,7 +212,8 @@ def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_
     ablation_basis: Q_S [d, k] removed by `SubspaceProjection(layer, Q_S, alpha, phases=("decode",))`.
     controls: {name: basis [d, k_c]} patched with the same-example donor instead of Q_S (e.g. "non-shared",
     "haar"). windows: decode-step windows ("0", "0,1", "all", or lists of steps). transfer /
-    transfer_same_length: include the transfer-donor sources. Generation settings as `generate_exact_match`."""
+    transfer_same_length: include the transfer-donor sources. random_span: include the norm-matched random-vector-in-
+    span(Q_S) control. Generation settings as `generate_exact_match`."""
     from interplab.interventions.patchback import window_label
     from interplab.interventions.projection import SubspaceProjection
 
@@ -232,14 +248,15 @@ def patchback_rescue(model, prompts_by_task: Mapping[str, Sequence], answers_by_
 
     sources, info["transfer_missing"] = _patch_sources(model, Q, flip, base, tasks, answers, controls=controls,
                                                        transfer=transfer, transfer_same_length=transfer_same_length,
-                                                       seed=seed)
+                                                       random_span=random_span, seed=seed)
     f_prompts = [prompts[i] for i in flip]
     f_answers = [answers[i] for i in flip]
     rows, per = [], []
-    for src, basis, donor_idx in sources:
+    for src, basis, donor_idx, states in sources:
         for w in wins:
             say(f"patchback: {src}, W = {w}")
-            rec, n_ed = _patched_run(model, abl, base, basis, donor_idx, w, f_prompts, f_answers, gen_kw)
+            rec, n_ed = _patched_run(model, abl, base, basis, donor_idx, w, f_prompts, f_answers, gen_kw,
+                                     states=states)
             ident = np.array([rec.new_tokens[j] == base.new_tokens[i] for j, i in enumerate(flip)])
             in_task = np.asarray(idx_in_task)
             per.append(pd.DataFrame({"source": src, "window": w, "task": tasks_a[flip], "example": in_task[flip],
@@ -261,13 +278,15 @@ TABLE_COLUMNS = ["source", "window", "task", "n_flip", "n_rescued", "rescue_rate
 EXAMPLE_COLUMNS = ["source", "window", "task", "example", "rescued", "identical", "donor"]
 
 
-def _patched_run(model, abl, base: DecodeRecord, basis, donor_idx, window, prompts, answers, gen_kw):
+def _patched_run(model, abl, base: DecodeRecord, basis, donor_idx, window, prompts, answers, gen_kw, *,
+                 states: np.ndarray | None = None):
     """Regenerate the flipped rows under [ablation, patchback from their donors through `basis` on `window`];
-    returns the record and the number of positions patched."""
+    returns the record and the number of positions patched. `states` replaces the baseline's donor states."""
     from interplab.interventions.patchback import SubspacePatchback
 
     ok = donor_idx >= 0
-    don = np.where(ok[:, None, None], base.states[np.maximum(donor_idx, 0)], 0.0)
+    src = base.states if states is None else states
+    don = np.where(ok[:, None, None], src[np.maximum(donor_idx, 0)], 0.0)
     dval = base.valid[np.maximum(donor_idx, 0)] & ok[:, None]
     made: list = []
 

@@ -63,6 +63,7 @@ def save_study(run, study: DecodeShareStudy) -> None:
     if study.table is not None:
         run.save_table("ablation", study.table)
         run.save_table("ablation_examples", study.table_examples)
+        run.save_table("shared_vs_controls", study.shared_vs_controls)
         for m in ("fc", "gen"):
             save_figure(run, f"ablation_{m}", figs.ablation_figure(study.table, metric=m))
     if study.loto is not None:

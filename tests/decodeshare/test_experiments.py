@@ -56,6 +56,13 @@ def test_decodeshare_experiment_runs_end_to_end(toy_random, tmp_path):
     for c, note in info["conditions"].items():
         if note["k"] is not None and c != "k-match":
             assert note["k"] == ss.k_s
+    # shared minus control = the difference of their accuracies, paired over the same examples
+    svc = read_table(path / "tables" / "shared_vs_controls.csv")
+    assert "shared" not in set(svc["control"]) and "haar" in set(svc["control"])
+    acc = table.set_index(["condition", "task", "metric"])["acc"]
+    for r in svc.itertuples():
+        assert np.isclose(r.shared_minus_control, acc[("shared", r.task, r.metric)] - acc[(r.control, r.task, r.metric)])
+        assert r.lo <= r.shared_minus_control + 1e-12 and r.shared_minus_control <= r.hi + 1e-12
     loto = read_table(path / "tables" / "loto.csv")
     assert {"loto-removed", "loto-haar", "loto-haar-energy"} <= set(loto["condition"])
     h3 = read_table(path / "tables" / "h3_grid.csv")

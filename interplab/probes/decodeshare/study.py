@@ -91,7 +91,8 @@ class DecodeShareStudy(Result):
     null p-values, decode-vs-prefill angle summaries, the conditions of the ablation table and the opt-in parts'
     settings. Every section not in `config.parts` (or skipped because |S| = 0, see `error`) is None.
 
-    table / table_examples: the ablation summary and its per-example rows; loto: leave-one-task-out; h3: the
+    table / table_examples: the ablation summary and its per-example rows; shared_vs_controls: accuracy under
+    shared removal minus under each control, paired over the same examples (bootstrap CI, sign-flip p); loto: leave-one-task-out; h3: the
     estimator x locus grid; alpha_sweep: accuracy vs alpha for the shared basis and its controls."""
     config: DecodeShareConfig
     info: dict
@@ -100,6 +101,7 @@ class DecodeShareStudy(Result):
     null_rot: NullResult | None = None
     table: pd.DataFrame | None = None
     table_examples: pd.DataFrame | None = None
+    shared_vs_controls: pd.DataFrame | None = None
     loto: pd.DataFrame | None = None
     h3: pd.DataFrame | None = None
     alpha_sweep: pd.DataFrame | None = None
@@ -207,6 +209,8 @@ def _run_sections(ctx: _Context, study: DecodeShareStudy, states: CalibrationSta
     parts, cfg, ss = set(ctx.cfg.parts), ctx.cfg, study.subspaces.decode
     if "table" in parts:
         study.table, study.table_examples = _ablation_table(ctx, bases)
+        study.shared_vs_controls = shared_minus_controls(study.table, ctx.summarize(study.table_examples,
+                                                                                    baseline="shared"))
     if "loto" in parts and len(cfg.tasks) >= 3:
         study.loto = _loto(ctx, states.decode, ss.d)
     if "h3" in parts:
@@ -234,6 +238,15 @@ def _ablation_table(ctx: _Context, bases: dict[str, Condition]) -> tuple[pd.Data
         per_example.append(ctx.evaluate([ctx.projection(b.basis, b.alpha)], name))
     table_pe = pd.concat(per_example, ignore_index=True)
     return ctx.summarize(table_pe), table_pe
+
+
+def shared_minus_controls(table: pd.DataFrame, vs_shared: pd.DataFrame) -> pd.DataFrame:
+    """Per (control, task, metric): accuracy under shared removal minus under the control, with the paired bootstrap
+    CI and sign-flip p of `summarize(..., baseline="shared")` (whose deltas are control − shared, so negated)."""
+    d = vs_shared[~vs_shared["condition"].isin(["shared", "baseline"])]
+    return pd.DataFrame({"control": d["condition"], "task": d["task"], "metric": d["metric"],
+                         "shared_minus_control": -d["delta"], "lo": -d["delta_hi"], "hi": -d["delta_lo"],
+                         "p": d["p_vs_baseline"], "n": d["n"]}).reset_index(drop=True)
 
 
 def _loto(ctx: _Context, decode: Mapping[str, np.ndarray], d: int) -> pd.DataFrame | None:

@@ -1,0 +1,14 @@
+"""Lenses: activation patching, attribution patching, logit lens (and tuned lens), direct logit attribution.
+
+Every lens runs through `LabModel.run` (both backends), takes `edits=[...]` applied underneath its own patches, and
+returns a typed `Result` with `to_frame()`. See docs/lenses.md."""
+from interplab.probes.lenses.attribution import (AttributionConfig, attribution_grid, attribution_patching,
+                                                 compare_to_exact)
+from interplab.probes.lenses.common import (PATCH_KINDS, CellPatch, GradProbe, Interpolate, PromptPair,
+                                            logit_diff_metric, make_pair)
+from interplab.probes.lenses.patching import (PatchingConfig, PatchingResult, PatchingSweep, activation_patching,
+                                              patch_grid, patched_generation)
+
+__all__ = ["PATCH_KINDS", "CellPatch", "GradProbe", "Interpolate", "PromptPair", "logit_diff_metric", "make_pair",
+           "PatchingConfig", "PatchingResult", "PatchingSweep", "activation_patching", "patch_grid",
+           "patched_generation", "AttributionConfig", "attribution_grid", "attribution_patching", "compare_to_exact"]

@@ -6,9 +6,13 @@ from interplab.probes.lenses.attribution import (AttributionConfig, attribution_
                                                  compare_to_exact)
 from interplab.probes.lenses.common import (PATCH_KINDS, CellPatch, GradProbe, Interpolate, PromptPair,
                                             logit_diff_metric, make_pair)
+from interplab.probes.lenses.dla import DLAResult, direct_logit_attribution, frozen_norm
+from interplab.probes.lenses.logit_lens import LogitLensResult, TunedLens, logit_lens, train_tuned_lens
 from interplab.probes.lenses.patching import (PatchingConfig, PatchingResult, PatchingSweep, activation_patching,
                                               patch_grid, patched_generation)
 
 __all__ = ["PATCH_KINDS", "CellPatch", "GradProbe", "Interpolate", "PromptPair", "logit_diff_metric", "make_pair",
            "PatchingConfig", "PatchingResult", "PatchingSweep", "activation_patching", "patch_grid",
-           "patched_generation", "AttributionConfig", "attribution_grid", "attribution_patching", "compare_to_exact"]
+           "patched_generation", "AttributionConfig", "attribution_grid", "attribution_patching", "compare_to_exact",
+           "DLAResult", "direct_logit_attribution", "frozen_norm", "LogitLensResult", "TunedLens", "logit_lens",
+           "train_tuned_lens"]

@@ -159,3 +159,28 @@ class GradProbe(Edit):
 
     def __repr__(self):
         return f"GradProbe(site={self.sites[0]!r})"
+
+
+FALLBACK_PAIR = ("The capital of France is", "The capital of Italy is")
+
+
+def default_pair(model, seed: int = 0) -> tuple[str, str]:
+    """A meaningful clean / corrupt pair for `model`: on the toy organisms a CtxMem recall prompt whose context
+    value of the queried entity is swapped (so the answer flips from the clean value to the corrupt one); on other
+    models "The capital of France / Italy is"."""
+    from interplab.data import toy_vocab
+    from interplab.data.ctxmem import CtxMem
+
+    tok = model.tokenizer
+    unk = getattr(tok, "unk_token_id", None)
+    if unk is None or unk not in tok(" ".join(toy_vocab.VALUES[:2]), add_special_tokens=False)["input_ids"]:
+        ex = next(e for e in CtxMem().sample(16, seed=seed, mode="gen") if e.meta["in_context"])
+        fmt = "chat" if getattr(tok, "chat_template", None) else "raw"
+        clean = ex.prompt_text(fmt)
+        e, v = ex.meta["query_entity"], ex.meta["context_value"]
+        other = next(x for x in toy_vocab.VALUES if x not in {v, ex.meta["memory_value"]}
+                     and x not in dict(ex.meta["pairs"]).values())
+        corrupt = clean.replace(f"{e} {v}", f"{e} {other}", 1)
+        if len(prompt_ids(model, clean)) == len(prompt_ids(model, corrupt)):
+            return clean, corrupt
+    return FALLBACK_PAIR

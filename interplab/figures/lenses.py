@@ -14,7 +14,8 @@ from interplab.core.errors import ShapeError
 from interplab.figures.models import token_labels
 from interplab.figures.style import DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style, heatmap_axes
 
-__all__ = ["patching_figure", "attribution_scatter", "logit_lens_figure", "dla_figure", "attention_heads_figure"]
+__all__ = ["patching_figure", "attribution_scatter", "logit_lens_figure", "dla_figure", "attention_heads_figure",
+           "direction_histogram", "logit_effects_figure"]
 
 
 def _signed_range(z: np.ndarray) -> float:
@@ -160,4 +161,28 @@ def attention_heads_figure(patterns, tokens: Sequence[str], *, n_kv_heads: int |
                 height=max(360, 300 * rows + 80))
     fig.update_yaxes(autorange="reversed", type="category", showticklabels=len(tokens) <= 24)
     fig.update_xaxes(type="category", showticklabels=False)
+    return fig
+
+
+def direction_histogram(dashboard, *, bins: int = 60, title: str | None = None):
+    """Histogram of a DirectionDashboard's per-token projections."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Histogram(x=dashboard.activations, nbinsx=bins, marker_color=QUALITATIVE[0]))
+    apply_style(fig, title=title or f"Projection onto the direction · {dashboard.site}", xaxis="x · v̂",
+                yaxis="tokens", height=340)
+    return fig
+
+
+def logit_effects_figure(dashboard, *, title: str | None = None):
+    """Bars of the tokens a DirectionDashboard's direction promotes and suppresses through the unembedding."""
+    import plotly.graph_objects as go
+
+    le = dashboard.logit_effects
+    colours = [QUALITATIVE[2] if k == "promoted" else QUALITATIVE[5] for k in le["kind"]]
+    fig = go.Figure(go.Bar(x=le["effect"], y=[repr(str(t))[1:-1] for t in le["token"]], orientation="h",
+                           marker_color=colours, hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    apply_style(fig, title=title or "Direct logit effect (v̂ @ W_U)", xaxis="logit per unit norm", yaxis="token",
+                height=max(300, 22 * len(le) + 120))
+    fig.update_yaxes(type="category", autorange="reversed")
     return fig

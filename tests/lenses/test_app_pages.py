@@ -65,3 +65,12 @@ def test_attention_page_defaults(toy_chat):
     assert any("KV groups" in m.value for m in at.markdown)
     at.multiselect(key="att_heads").set_value([0, 1]).run()
     assert not at.exception, at.exception
+
+
+def test_direction_page_defaults_and_button(toy_chat):
+    at = AppTest.from_file(str(PAGES / "13_Direction.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    at.button(key="dir_go").click().run()
+    assert not at.exception, at.exception
+    assert {"dir_hist__chart", "dir_logits__chart"} <= set(_charts(at))
+    assert "scale 8.0" in at.code[0].value

@@ -152,3 +152,22 @@ def test_results_round_trip(model_factory, tmp_path):
     df = sw["attn_z"].to_frame()
     assert {"layer", "position", "token", "head", "kv_group", "normalized"} <= set(df.columns)
     assert set(df.kv_group) == {0, 1}
+
+
+def test_direction_dashboard_reads_projections_logits_and_neighbours(model_factory, tmp_path):
+    m = model_factory("llama", n_layers=3)
+    W_U, _ = m.unembedding()
+    v = W_U[:, 10].numpy() * 3.0
+    prompts = [CLEAN, "w7 w3 w9 w10 w11"]
+    from interplab.probes.lenses import direction_dashboard
+
+    d = direction_dashboard(m, v, "resid_post.2", prompts, others={"same": v, "minus": -v, "other": W_U[:, 11]},
+                            steer_prompt=CLEAN, steer_scales=(0.0, 50.0))
+    x = m.run(prompts, capture=["resid_post.2"]).cache.real_tokens("resid_post.2").double()
+    np.testing.assert_allclose(d.activations, (x @ (torch.as_tensor(v) / np.linalg.norm(v))).numpy(), atol=1e-5)
+    assert d.top_contexts.activation.is_monotonic_decreasing
+    # v_hat @ W_U[:, 10] = |W_U[:, 10]|: the top promoted effect is at least that
+    assert d.logit_effects.effect.iloc[0] >= float(W_U[:, 10].norm()) - 1e-9 and (d.logit_effects.kind == "promoted").sum() == 10
+    assert list(d.neighbours.name[:2]) in (["same", "minus"], ["minus", "same"])
+    np.testing.assert_allclose(sorted(d.neighbours.cosine[:2]), [-1.0, 1.0], atol=1e-9)
+    assert d.steering["0.0"] == m.generate([CLEAN], max_new_tokens=8).text[0]

@@ -51,7 +51,8 @@ def patching_vs_tl_resid_pre():
     diff = float((torch.as_tensor(got) - ref.double()).abs().max())
     t_ours, t_anchor = timeit(ours, repeat=3), timeit(anchor, repeat=3)
     ratio = t_anchor / t_ours
-    return dict(ours=t_ours, anchor=t_anchor, ratio=ratio, goal=">= 2x faster than get_act_patch_resid_pre, same values",
+    return dict(ours=t_ours, anchor=t_anchor, ratio=ratio,
+                goal=">= 2x faster than get_act_patch_resid_pre, same values",
                 ok=ratio >= 2.0 and diff < 1e-4,
                 extra={"max_abs_diff": diff, "grid": f"{m.n_layers}x{N_POS}", "model": "gpt2 6L d256 (random)"})
 

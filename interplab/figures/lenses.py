@@ -154,7 +154,8 @@ def attention_heads_figure(patterns, tokens: Sequence[str], *, n_kv_heads: int |
     for i, h in enumerate(heads):
         fig.add_trace(go.Heatmap(z=a[h], x=labels, y=labels, colorscale=PROBABILITY, zmin=0, zmax=1,
                                  showscale=i == 0, colorbar=dict(title="weight"),
-                                 hovertemplate=f"H{h}<br>query %{{y}}<br>key %{{x}}<br>weight %{{z:.3f}}<extra></extra>"),
+                                 hovertemplate=(f"H{h}<br>query %{{y}}<br>key %{{x}}<br>weight %{{z:.3f}}"
+                                                "<extra></extra>")),
                       i // cols + 1, i % cols + 1)
     where = f" · layer {layer}" if layer is not None else ""
     apply_style(fig, title=title or f"Attention patterns{where} ({H} query heads, {H // group} KV groups)",

@@ -91,7 +91,9 @@ def test_logit_lens_last_layer_is_the_models_logits(model_factory, backend):
     assert np.array_equal(ll.top_ids[-1], top_i.numpy())
     np.testing.assert_allclose(ll.top_probs[-1], top_p.numpy(), atol=1e-6)
     assert ll.kl[-1].max() < 1e-9 and ll.kl[0].mean() > 1e-2  # earlier layers differ: the check can fail
-    assert ll.target_prob.shape == ll.kl.shape and (ll.target_rank[-1] == (probs > probs[:, [m.tokenizer.convert_tokens_to_ids("w4")]]).sum(-1).numpy()).all()
+    t = m.tokenizer.convert_tokens_to_ids("w4")
+    assert ll.target_prob.shape == ll.kl.shape
+    assert (ll.target_rank[-1] == (probs > probs[:, [t]]).sum(-1).numpy()).all()
     assert len(ll.to_frame()) == 3 * ll.n_pos
 
 
@@ -167,7 +169,8 @@ def test_direction_dashboard_reads_projections_logits_and_neighbours(model_facto
     np.testing.assert_allclose(d.activations, (x @ (torch.as_tensor(v) / np.linalg.norm(v))).numpy(), atol=1e-5)
     assert d.top_contexts.activation.is_monotonic_decreasing
     # v_hat @ W_U[:, 10] = |W_U[:, 10]|: the top promoted effect is at least that
-    assert d.logit_effects.effect.iloc[0] >= float(W_U[:, 10].norm()) - 1e-9 and (d.logit_effects.kind == "promoted").sum() == 10
+    assert d.logit_effects.effect.iloc[0] >= float(W_U[:, 10].norm()) - 1e-9
+    assert (d.logit_effects.kind == "promoted").sum() == 10
     assert list(d.neighbours.name[:2]) in (["same", "minus"], ["minus", "same"])
     np.testing.assert_allclose(sorted(d.neighbours.cosine[:2]), [-1.0, 1.0], atol=1e-9)
     assert d.steering["0.0"] == m.generate([CLEAN], max_new_tokens=8).text[0]

@@ -1,4 +1,5 @@
-"""Lenses: activation patching, attribution patching, logit lens (and tuned lens), direct logit attribution.
+"""Lenses: activation patching, attribution patching, logit lens (and tuned lens), direct logit attribution,
+attention patterns and a dashboard for any direction.
 
 Every lens runs through `LabModel.run` (both backends), takes `edits=[...]` applied underneath its own patches, and
 returns a typed `Result` with `to_frame()`. See docs/lenses.md."""
@@ -13,7 +14,8 @@ from interplab.probes.lenses.logit_lens import LogitLensResult, TunedLens, logit
 from interplab.probes.lenses.patching import (PatchingConfig, PatchingResult, PatchingSweep, activation_patching,
                                               patch_grid, patched_generation)
 
-__all__ = ["DirectionDashboard", "direction_dashboard", "AttentionResult", "attention_patterns", "default_pair", "PATCH_KINDS", "CellPatch", "GradProbe", "Interpolate", "PromptPair", "logit_diff_metric", "make_pair",
+__all__ = ["DirectionDashboard", "direction_dashboard", "AttentionResult", "attention_patterns", "default_pair",
+           "PATCH_KINDS", "CellPatch", "GradProbe", "Interpolate", "PromptPair", "logit_diff_metric", "make_pair",
            "PatchingConfig", "PatchingResult", "PatchingSweep", "activation_patching", "patch_grid",
            "patched_generation", "AttributionConfig", "attribution_grid", "attribution_patching", "compare_to_exact",
            "DLAResult", "direct_logit_attribution", "frozen_norm", "LogitLensResult", "TunedLens", "logit_lens",

@@ -96,7 +96,8 @@ def direction_dashboard(model, vector, site: str, prompts: Sequence[str], *, oth
         neigh.append(dict(name=name, cosine=float(u @ (w / w.norm()))))
     neighbours = pd.DataFrame(neigh, columns=["name", "cosine"])
     if len(neighbours):
-        neighbours = neighbours.reindex(neighbours.cosine.abs().sort_values(ascending=False).index).reset_index(drop=True)
+        order = neighbours.cosine.abs().sort_values(ascending=False).index
+        neighbours = neighbours.reindex(order).reset_index(drop=True)
     steering = {}
     if steer_prompt:
         for sc in steer_scales:

@@ -68,8 +68,8 @@ class DLAResult(Result):
 
         n, L, H = self.heads.shape
         group = max(1, H // max(1, self.n_kv_heads or H))
-        rows = [dict(kind="head", layer=layer, head=h, kv_group=h // group, contribution=float(self.heads[:, layer, h].mean()))
-                for layer in range(L) for h in range(H)]
+        rows = [dict(kind="head", layer=layer, head=h, kv_group=h // group,
+                     contribution=float(self.heads[:, layer, h].mean())) for layer in range(L) for h in range(H)]
         rows += [dict(kind="mlp", layer=layer, contribution=float(self.mlp[:, layer].mean())) for layer in range(L)]
         rows += [dict(kind="attn_bias", layer=layer, contribution=float(self.attn_bias[:, layer].mean()))
                  for layer in range(L)]
@@ -121,8 +121,9 @@ def direct_logit_attribution(model, prompts, answer, wrong=None, *, edits=None) 
     last = {s: out.cache.last(s).double().cpu() for s in caps + [f"resid_post.{L - 1}"]}
     W_O = model.attention_weights()["W_O"]  # [L, H, d_head, d_model]
     W_U, b_U = model.unembedding()
-    u = W_U[:, ans].T - (W_U[:, [w if w is not None else 0 for w in wr]].T
-                         * torch.tensor([w is not None for w in wr], dtype=torch.float64)[:, None])  # [n, d]
+    has_wrong = torch.tensor([w is not None for w in wr], dtype=torch.float64)  # no wrong token: the logit alone
+    wrong_ids = [w if w is not None else 0 for w in wr]
+    u = W_U[:, ans].T - W_U[:, wrong_ids].T * has_wrong[:, None]  # [n, d]
     scale, gamma, beta, centred = frozen_norm(model, last[f"resid_post.{L - 1}"])
 
     def contrib(c: torch.Tensor) -> torch.Tensor:  # c [n, ..., d] -> [n, ...]
@@ -137,11 +138,10 @@ def direct_logit_attribution(model, prompts, answer, wrong=None, *, edits=None) 
     mlp = torch.stack([last[f"mlp_out.{layer}"] for layer in range(L)], 1)
     const = (beta * u).sum(-1)
     if b_U is not None:
-        const = const + b_U[ans] - torch.stack([b_U[w] if w is not None else torch.zeros((), dtype=torch.float64)
-                                                for w in wr])
+        const = const + b_U[ans] - b_U[wrong_ids] * has_wrong
     logits = out.logits[:, -1].double().cpu()
-    total = logits[torch.arange(n), ans] - torch.stack([logits[i, w] if w is not None else torch.zeros((), dtype=torch.float64)
-                                                        for i, w in enumerate(wr)])
+    rows = torch.arange(n)
+    total = logits[rows, ans] - logits[rows, wrong_ids] * has_wrong
     return DLAResult(contrib(head_out).numpy(), contrib(mlp).numpy(), contrib(attn_out - head_out.sum(2)).numpy(),
                      contrib(last["resid_pre.0"]).numpy(), const.numpy(), total.numpy(),
                      token_strings(model, ans), ["" if w is None else token_strings(model, [w])[0] for w in wr],

@@ -36,6 +36,15 @@ PAGES = [
     ("Feature Browser",
      "Browse a trained SAE's features: top-activating contexts, activation histograms, the tokens each feature "
      "promotes, and steering the model with a feature."),
+    ("Patching",
+     "Activation patching between a clean and a corrupted prompt over layer x position and layer x head grids, "
+     "attribution patching (gradient and integrated gradients) on the same grid, and any cell's patched "
+     "generation."),
+    ("Logit Lens",
+     "Every layer's residual stream read through the final norm and unembedding (and a trained tuned lens), "
+     "with direct logit attribution per head and MLP."),
+    ("Attention",
+     "Every query head's attention pattern of a layer, with token hover and grouped-query (KV) groups shown."),
 ]
 
 st.title("interplab")

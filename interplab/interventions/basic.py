@@ -103,16 +103,21 @@ class Patch(Edit):
 
     `source` is [b, n_pos, ...] or [n_pos, ...] where index i holds the value for absolute position i (0 = first
     real token), so the same Patch works in a plain run, in prefill and in every KV-cached decode step. Use
-    `Patch.from_cache(cache, site)` to build it from a captured (left-padded) run. Positions past n_pos are kept."""
+    `Patch.from_cache(cache, site)` to build it from a captured (left-padded) run. Positions past n_pos are kept.
+    `heads` (attn_z only) patches just those query heads and keeps the others: a head-indexed patch."""
 
-    def __init__(self, site: str, source, positions: PositionSpec = "all", phases: Sequence[str] = PHASES):
+    def __init__(self, site: str, source, positions: PositionSpec = "all", phases: Sequence[str] = PHASES,
+                 heads: Sequence[int] | int | None = None):
         self.sites = (site,)
         self.source = torch.as_tensor(source)
         self.positions = positions
         self.phases = tuple(phases)
+        self.heads = [heads] if isinstance(heads, int) else (list(heads) if heads is not None else None)
         self._validate_phases()
         if site.startswith("attn_pattern"):
             raise InputError("Patch does not support attn_pattern (the key axis grows during decoding); patch attn_z")
+        if self.heads is not None and not site.startswith("attn_z"):
+            raise InputError(f"Patch(heads=...) needs an attn_z site, got {site!r}")
 
     def validate(self, shape: ModelShape) -> None:
         check_trailing(shape, "Patch", "source", self.source.shape, self.sites[0], (("n_pos",), ("batch", "n_pos")))
@@ -134,7 +139,16 @@ class Patch(Edit):
         idx = pos.clamp(max=n_pos - 1)
         gathered = torch.gather(src, 1, idx.reshape(*idx.shape, *([1] * (x.ndim - 2))).expand(*idx.shape, *x.shape[2:]))
         keep = inside.reshape(*inside.shape, *([1] * (x.ndim - 2)))
+        if self.heads is not None:
+            n = x.shape[2]
+            if any(not -n <= h < n for h in self.heads):
+                raise InputError(f"Patch at {site}: heads {self.heads} out of range for {n} heads")
+            sel = torch.zeros(n, dtype=torch.bool, device=x.device)
+            sel[self.heads] = True
+            keep = keep & sel.reshape(1, 1, n, *([1] * (x.ndim - 3)))
         return torch.where(keep, gathered, x)
 
     def __repr__(self):
-        return f"Patch(site={self.sites[0]!r}, source={tuple(self.source.shape)}, positions={self.positions!r})"
+        heads = "" if self.heads is None else f", heads={self.heads}"
+        return (f"Patch(site={self.sites[0]!r}, source={tuple(self.source.shape)}, positions={self.positions!r}"
+                f"{heads})")

@@ -1,0 +1,108 @@
+"""Patching page: activation patching and attribution patching heatmaps over layer x position / layer x head, and
+the patched generation of any selected cell (interplab.probes.lenses; docs/lenses.md)."""
+from __future__ import annotations
+
+import streamlit as st
+
+st.set_page_config(page_title="interplab · Patching", page_icon=":microscope:", layout="wide")
+
+from interplab.app import state  # noqa: E402
+from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.core.errors import InterplabError  # noqa: E402
+from interplab.figures.lenses import attribution_scatter, patching_figure  # noqa: E402
+from interplab.probes.lenses import (PATCH_KINDS, activation_patching, attribution_patching,  # noqa: E402
+                                     compare_to_exact, default_pair, patched_generation)
+
+st.title("Patching")
+st.caption("Which activations carry the difference between a clean and a corrupted prompt? Denoising runs the "
+           "corrupt prompt and writes in one clean activation per cell; 1 = the clean answer is fully restored. "
+           "Attribution patching estimates the whole grid from one backward pass.")
+
+name, backend = model_picker("model")
+device, dtype = picked_device_dtype("model")
+model = require_model(name, backend, device, dtype)
+model_key = (state.normalize_name(name), backend, device, dtype)
+
+if st.session_state.get("pt_model_key") != model_key:  # a new model: new default pair, drop old results
+    st.session_state["pt_model_key"] = model_key
+    st.session_state["pt_clean"], st.session_state["pt_corrupt"] = default_pair(model)
+    st.session_state.pop("pt_result", None)
+
+c1, c2 = st.columns(2)
+with c1:
+    clean = st.text_area("Clean prompt", key="pt_clean", height=80)
+with c2:
+    corrupt = st.text_area("Corrupted prompt (same number of tokens)", key="pt_corrupt", height=80)
+c1, c2, c3, c4 = st.columns([3, 1, 1, 1])
+with c1:
+    sites = st.multiselect("Sites", list(PATCH_KINDS), default=["resid_pre", "attn_z"], key="pt_sites",
+                           help="attn_z is patched per query head (GQA: heads of one KV group share keys/values)")
+with c2:
+    direction = st.selectbox("Direction", ["denoise", "noise"], key="pt_direction",
+                             help="denoise: run corrupt, patch clean in; noise: run clean, patch corrupt in")
+with c3:
+    method = st.selectbox("Method", ["exact", "gradient", "ig"], key="pt_method",
+                          help="exact activation patching, or attribution patching (gradient / integrated gradients)")
+with c4:
+    positions = st.selectbox("Positions", ["each", "all"], key="pt_positions",
+                             help="each: one cell per position; all: every position of a layer at once")
+
+if st.button("Run patching", key="pt_run", type="primary", disabled=not sites):
+    try:
+        with st.spinner("Patching the grid..."):
+            kw = dict(sites=sites, positions=positions, direction=direction)
+            exact = activation_patching(model, clean, corrupt, **kw)
+            approx = None if method == "exact" else attribution_patching(model, clean, corrupt, method=method, **kw)
+        st.session_state["pt_result"] = (exact, approx)
+    except InterplabError as exc:
+        st.error(f"Cannot patch: {exc}")
+
+if "pt_result" not in st.session_state:
+    st.info("Press **Run patching** to sweep the grid.")
+    st.stop()
+
+exact, approx = st.session_state["pt_result"]
+shown = approx if approx is not None else exact
+first = next(iter(exact.results.values()))
+st.markdown(f"Metric: logit(`{exact.answer}`) − logit(`{exact.wrong}`) · clean **{first.clean_metric:.3f}** · "
+            f"corrupt **{first.corrupt_metric:.3f}**")
+for kind, res in shown.results.items():
+    st.subheader(kind)
+    pos = None
+    if kind == "attn_z" and res.values.ndim == 3:
+        pos = st.slider("Query position", 0, len(res.tokens) - 1, len(res.tokens) - 1, key=f"pt_pos_{kind}")
+    show_figure(patching_figure(res, position=pos), key=f"pt_fig_{kind}", filename=f"patching_{kind}")
+    if approx is not None:
+        show_figure(attribution_scatter(approx[kind], exact[kind]), key=f"pt_scatter_{kind}")
+if approx is not None:
+    st.markdown("**Estimate vs exact** (rank and linear correlation over the grid's cells)")
+    st.dataframe(compare_to_exact(approx, exact).round(4), hide_index=True, key="pt_compare")
+
+st.subheader("Patched generation of one cell")
+kinds = list(exact.results)
+c1, c2, c3, c4 = st.columns(4)
+with c1:
+    kind = st.selectbox("Site", kinds, key="pt_cell_site")
+with c2:
+    layer = st.selectbox("Layer", [int(x) for x in exact[kind].layers], key="pt_cell_layer")
+with c3:
+    n_pos = len(exact[kind].tokens)
+    cell_pos = st.selectbox("Position", ["all"] + list(range(n_pos)), index=n_pos, key="pt_cell_pos",
+                            format_func=lambda p: p if p == "all" else f"{p}:{exact[kind].tokens[p]}")
+with c4:
+    head = st.selectbox("Head", ["all"] + list(range(model.n_heads)), key="pt_cell_head",
+                        disabled=kind != "attn_z")
+if st.button("Generate with this cell patched", key="pt_gen"):
+    try:
+        text = patched_generation(model, clean, corrupt, f"{kind}.{layer}",
+                                  None if cell_pos == "all" else int(cell_pos),
+                                  None if kind != "attn_z" or head == "all" else int(head), direction=direction)
+        base = model.generate([corrupt if direction == "denoise" else clean], max_new_tokens=8).text[0]
+        st.session_state["pt_gen_text"] = (base, text)
+    except InterplabError as exc:
+        st.error(f"Cannot generate: {exc}")
+if "pt_gen_text" in st.session_state:
+    base, text = st.session_state["pt_gen_text"]
+    st.code(f"unpatched: {base}\npatched:   {text}", language=None)
+st.dataframe(shown.to_frame().sort_values("normalized", key=abs, ascending=False).head(20).round(4),
+             hide_index=True, key="pt_top_cells")

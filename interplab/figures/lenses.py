@@ -1,0 +1,189 @@
+"""Figure builders for the lenses (pure functions of lens results -> plotly Figure; they never run a model).
+
+patching_figure: layer x position (or layer x head) heatmap of a PatchingResult; attribution_scatter: estimated vs
+exact effects; logit_lens_figure: layer x position heatmap with each cell's top token; dla_figure: per-head and
+per-MLP direct logit attribution; attention_heads_figure: every head's pattern of one layer, titled with its KV group.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from interplab.core.errors import ShapeError
+from interplab.figures.models import token_labels
+from interplab.figures.style import DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style, heatmap_axes
+
+__all__ = ["patching_figure", "attribution_scatter", "logit_lens_figure", "dla_figure", "attention_heads_figure",
+           "direction_histogram", "logit_effects_figure"]
+
+
+def _signed_range(z: np.ndarray) -> float:
+    m = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
+    return m if m > 0 else 1.0
+
+
+def patching_figure(result, *, normalized: bool = True, position: int | None = None, title: str | None = None):
+    """Heatmap of a PatchingResult: layer x position for residual / MLP / attention-output sites; layer x head for
+    attn_z (at `position`, default the last token, or summed over positions when the grid patched all at once).
+    normalized: 1 = the patch fully restores the other run's metric, 0 = no change."""
+    import plotly.graph_objects as go
+
+    z = result.normalized if normalized else result.effect
+    label = "normalized effect" if normalized else "metric change"
+    ylabels = [f"L{int(layer)}" for layer in result.layers]
+    if result.site == "attn_z":
+        if z.ndim == 3:
+            pos = z.shape[1] - 1 if position is None else int(position)
+            if not -z.shape[1] <= pos < z.shape[1]:
+                raise ShapeError(f"position {pos} is outside the prompt's {z.shape[1]} tokens")
+            z, where = z[:, pos], f" at {pos}:{result.tokens[pos]}"
+        else:
+            where = " (all positions)"
+        x = [f"H{h}" for h in range(z.shape[1])]
+        xaxis = "query head"
+    elif z.ndim == 2:
+        x, where, xaxis = token_labels(result.tokens), "", "position"
+    else:
+        z, x, where, xaxis = z[:, None], ["all positions"], "", ""
+    m = _signed_range(z)
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=ylabels, colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m,
+                               colorbar=dict(title=label),
+                               hovertemplate="%{y} %{x}<br>" + label + " %{z:.3f}<extra></extra>"))
+    name = {"exact": "Activation patching", "gradient": "Attribution patching", "ig": "Attribution patching (IG)"}
+    title = title or f"{name.get(result.method, result.method)} · {result.site}{where} · {result.direction}"
+    apply_style(fig, title=title, xaxis=xaxis, yaxis="layer", height=max(300, 40 * len(ylabels) + 160))
+    heatmap_axes(fig, y_reversed=True)
+    fig.update_xaxes(type="category", tickangle=-45)
+    fig.update_yaxes(type="category")
+    return fig
+
+
+def attribution_scatter(approx, exact, *, title: str | None = None):
+    """Estimated (attribution) vs exact (activation patching) effects of the same grid, one point per cell, with
+    the identity line."""
+    import plotly.graph_objects as go
+
+    a, e = approx.effect.ravel(), exact.effect.ravel()
+    if a.shape != e.shape:
+        raise ShapeError(f"the two grids differ: {approx.effect.shape} vs {exact.effect.shape}")
+    lo, hi = float(min(a.min(), e.min())), float(max(a.max(), e.max()))
+    fig = go.Figure([
+        go.Scatter(x=e, y=a, mode="markers", marker=dict(color=QUALITATIVE[0], size=7, opacity=0.75), name="cells",
+                   hovertemplate="exact %{x:.3f}<br>estimate %{y:.3f}<extra></extra>"),
+        go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color="grey", dash="dash"), name="y = x"),
+    ])
+    apply_style(fig, title=title or f"{approx.method} estimate vs exact patching · {approx.site}",
+                xaxis="exact effect", yaxis="estimated effect", height=420)
+    return fig
+
+
+def logit_lens_figure(result, *, value: str = "top1_prob", title: str | None = None):
+    """Layer x position heatmap of a LogitLensResult; each cell shows its top-1 token.
+    value: "top1_prob", "kl" (KL(final || layer), nats) or "target_prob"."""
+    import plotly.graph_objects as go
+
+    if value == "top1_prob":
+        z, scale, label = result.top_probs[:, :, 0], PROBABILITY, "top-1 prob"
+    elif value == "kl":
+        z, scale, label = result.kl, SEQUENTIAL, "KL to final"
+    elif value == "target_prob":
+        if not result.target:
+            raise ShapeError("this logit-lens result has no target token; pass target=... to logit_lens")
+        z, scale, label = result.target_prob, PROBABILITY, f"p({result.target})"
+    else:
+        raise ShapeError(f"value must be 'top1_prob', 'kl' or 'target_prob', got {value!r}")
+    text = [[row[0] for row in layer] for layer in result.top_tokens]
+    ylabels = [f"L{int(layer)}" for layer in result.layers]
+    fig = go.Figure(go.Heatmap(z=z, x=token_labels(result.tokens), y=ylabels, colorscale=scale, text=text,
+                               texttemplate="%{text}", textfont=dict(size=10), colorbar=dict(title=label),
+                               hovertemplate="%{y} %{x}<br>top-1 %{text}<br>" + label + " %{z:.3f}<extra></extra>"))
+    apply_style(fig, title=title or f"{result.lens.capitalize()} lens · {label}", xaxis="position", yaxis="layer",
+                height=max(300, 40 * len(ylabels) + 160))
+    heatmap_axes(fig, y_reversed=False)
+    fig.update_xaxes(type="category", tickangle=-45)
+    fig.update_yaxes(type="category")
+    return fig
+
+
+def dla_figure(result, *, title: str | None = None):
+    """Mean direct logit attribution: a layer x head heatmap (head labels carry the KV group) and per-layer MLP
+    and attention-bias bars."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    heads = result.heads.mean(0)
+    L, H = heads.shape
+    group = max(1, H // max(1, result.n_kv_heads or H))
+    m = _signed_range(heads)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], subplot_titles=("heads", "MLP and attention bias"))
+    fig.add_trace(go.Heatmap(z=heads, x=[f"H{h} (kv{h // group})" for h in range(H)], y=[f"L{i}" for i in range(L)],
+                             colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m, colorbar=dict(title="logit diff", x=0.58),
+                             hovertemplate="%{y} %{x}<br>%{z:.3f}<extra></extra>"), 1, 1)
+    ys = [f"L{i}" for i in range(L)]
+    fig.add_trace(go.Bar(y=ys, x=result.mlp.mean(0), orientation="h", name="MLP", marker_color=QUALITATIVE[0]), 1, 2)
+    fig.add_trace(go.Bar(y=ys, x=result.attn_bias.mean(0), orientation="h", name="attn bias",
+                         marker_color=QUALITATIVE[1]), 1, 2)
+    wrong = f" − {result.wrongs[0]}" if result.wrongs and result.wrongs[0] else ""
+    target = f"{result.answers[0]}{wrong}" if result.answers else ""
+    apply_style(fig, title=title or f"Direct logit attribution · {target} · total {float(result.total.mean()):.3f}",
+                height=max(320, 40 * L + 160))
+    fig.update_yaxes(autorange="reversed", type="category")
+    return fig
+
+
+def attention_heads_figure(patterns, tokens: Sequence[str], *, n_kv_heads: int | None = None, layer: int | None = None,
+                           heads: Sequence[int] | None = None, title: str | None = None):
+    """One attention heatmap per query head of a layer ([n_heads, q, k] patterns), titled "H{h} · KV group g";
+    hovering a cell names the query and key tokens."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    a = np.asarray(patterns, dtype=float)
+    if a.ndim != 3 or a.shape[1] != a.shape[2] or a.shape[1] != len(tokens):
+        raise ShapeError(f"attention_heads_figure needs [n_heads, q, k] patterns over {len(tokens)} tokens; "
+                         f"got {a.shape}")
+    H = a.shape[0]
+    heads = list(range(H)) if heads is None else [int(h) for h in heads]
+    group = max(1, H // max(1, n_kv_heads or H))
+    cols = min(4, len(heads))
+    rows = -(-len(heads) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"H{h} · KV group {h // group}" for h in heads],
+                        horizontal_spacing=0.04, vertical_spacing=0.08)
+    labels = token_labels(tokens)
+    for i, h in enumerate(heads):
+        fig.add_trace(go.Heatmap(z=a[h], x=labels, y=labels, colorscale=PROBABILITY, zmin=0, zmax=1,
+                                 showscale=i == 0, colorbar=dict(title="weight"),
+                                 hovertemplate=(f"H{h}<br>query %{{y}}<br>key %{{x}}<br>weight %{{z:.3f}}"
+                                                "<extra></extra>")),
+                      i // cols + 1, i % cols + 1)
+    where = f" · layer {layer}" if layer is not None else ""
+    apply_style(fig, title=title or f"Attention patterns{where} ({H} query heads, {H // group} KV groups)",
+                height=max(360, 300 * rows + 80))
+    fig.update_yaxes(autorange="reversed", type="category", showticklabels=len(tokens) <= 24)
+    fig.update_xaxes(type="category", showticklabels=False)
+    return fig
+
+
+def direction_histogram(dashboard, *, bins: int = 60, title: str | None = None):
+    """Histogram of a DirectionDashboard's per-token projections."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Histogram(x=dashboard.activations, nbinsx=bins, marker_color=QUALITATIVE[0]))
+    apply_style(fig, title=title or f"Projection onto the direction · {dashboard.site}", xaxis="x · v̂",
+                yaxis="tokens", height=340)
+    return fig
+
+
+def logit_effects_figure(dashboard, *, title: str | None = None):
+    """Bars of the tokens a DirectionDashboard's direction promotes and suppresses through the unembedding."""
+    import plotly.graph_objects as go
+
+    le = dashboard.logit_effects
+    colours = [QUALITATIVE[2] if k == "promoted" else QUALITATIVE[5] for k in le["kind"]]
+    fig = go.Figure(go.Bar(x=le["effect"], y=[repr(str(t))[1:-1] for t in le["token"]], orientation="h",
+                           marker_color=colours, hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    apply_style(fig, title=title or "Direct logit effect (v̂ @ W_U)", xaxis="logit per unit norm", yaxis="token",
+                height=max(300, 22 * len(le) + 120))
+    fig.update_yaxes(type="category", autorange="reversed")
+    return fig

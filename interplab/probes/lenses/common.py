@@ -1,0 +1,186 @@
+"""What every lens shares: a clean/corrupt prompt pair, answer tokens, the metric, and grid edits.
+
+A metric is any callable `logits_last [B, d_vocab] -> [B]` (the logits at the prompt's last position). The default
+is the logit difference `logit[answer] - logit[wrong]`, the metric of TransformerLens's patching tutorials. Every
+lens takes `edits=[...]`: those edits are applied in every forward the lens makes, underneath (before) the lens's own
+patches or gradient probes, so a lens measures the edited model."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from interplab.core.edit import Edit, StepContext
+from interplab.core.errors import InputError
+from interplab.core.sites import LAYER_KINDS
+
+Metric = Callable[[torch.Tensor], torch.Tensor]
+PATCH_KINDS = ("resid_pre", "resid_post", "attn_out", "mlp_out", "attn_z")
+
+
+def logit_diff_metric(answer: int, wrong: int | None = None) -> Metric:
+    """logits_last [B, V] -> [B]: logit[answer] - logit[wrong] (just logit[answer] when wrong is None)."""
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        out = logits[:, answer]
+        return out - logits[:, wrong] if wrong is not None else out
+    metric.__name__ = f"logit_diff({answer},{wrong})"
+    return metric
+
+
+def token_id(model, token) -> int:
+    """A token given as an int id or as a string that tokenizes to exactly one token (a leading-space variant is
+    tried too, for BPE vocabularies)."""
+    if isinstance(token, (int,)) or (hasattr(token, "item") and not isinstance(token, str)):
+        t = int(token)
+        if not 0 <= t < model.d_vocab:
+            raise InputError(f"token id {t} is outside the vocabulary [0, {model.d_vocab})")
+        return t
+    if not isinstance(token, str) or not token:
+        raise InputError(f"a token must be an int id or a non-empty string, got {token!r}")
+    for cand in (token, " " + token.lstrip()):
+        ids = model.tokenizer(cand, add_special_tokens=False)["input_ids"]
+        if len(ids) == 1:
+            return int(ids[0])
+    raise InputError(f"{token!r} is not a single token of {model.name}'s tokenizer; pass a token id instead")
+
+
+def token_strings(model, ids: Sequence[int]) -> list[str]:
+    return [model.tokenizer.decode([int(t)]) for t in ids]
+
+
+def prompt_ids(model, prompt) -> list[int]:
+    """The token ids of one prompt (a string, or a list of token ids) exactly as `LabModel.run` would see it."""
+    if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
+        return [int(t) for t in prompt]
+    if not isinstance(prompt, str):
+        raise InputError(f"a lens prompt must be one string or one list of token ids, got {type(prompt).__name__}")
+    return model.tokenize(prompt).row_tokens(0)
+
+
+@dataclass
+class PromptPair:
+    """A clean and a corrupted prompt of the same token length, and the answer / wrong tokens of the metric."""
+
+    clean: list[int]
+    corrupt: list[int]
+    answer: int
+    wrong: int | None
+
+    @property
+    def n_pos(self) -> int:
+        return len(self.clean)
+
+
+def make_pair(model, clean, corrupt, answer=None, wrong=None, edits=None) -> PromptPair:
+    """Tokenize both prompts; answer defaults to the clean run's top token and wrong to the corrupt run's top token
+    (under `edits`)."""
+    c, k = prompt_ids(model, clean), prompt_ids(model, corrupt)
+    if len(c) != len(k):
+        raise InputError(f"clean ({len(c)} tokens) and corrupt ({len(k)} tokens) prompts must have the same token "
+                         "length so that positions line up; change the corrupted words for ones of equal length")
+    if answer is None or wrong is None:
+        logits = model.run([c, k], edits=list(edits or [])).logits[:, -1]
+        answer = int(logits[0].argmax()) if answer is None else answer
+        if wrong is None:
+            wrong = int(logits[1].argmax())
+    a = token_id(model, answer)
+    w = token_id(model, wrong) if wrong is not None else None
+    if w == a:
+        w = None  # both runs predict the same token: fall back to the answer's logit alone
+    return PromptPair(c, k, a, w)
+
+
+def grid_layers(model, layers) -> list[int]:
+    if layers is None:
+        return list(range(model.n_layers))
+    out = [int(x) + (model.n_layers if int(x) < 0 else 0) for x in layers]
+    bad = [x for x in out if not 0 <= x < model.n_layers]
+    if bad:
+        raise InputError(f"layers {bad} are out of range for {model.name} ({model.n_layers} layers)")
+    return out
+
+
+def check_kinds(kinds: Sequence[str]) -> list[str]:
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    bad = [k for k in kinds if k not in PATCH_KINDS]
+    if bad or not kinds:
+        raise InputError(f"patchable site kinds are {PATCH_KINDS} (layer given separately), got {kinds}; "
+                         f"all layer kinds: {LAYER_KINDS}")
+    return kinds
+
+
+class CellPatch(Edit):
+    """Row r of the batch gets `source` written in where `mask[r]` is True (a Patch-style edit for patching grids).
+
+    source: [1, p, ...] activations of the other run at this site (same columns as the batch: no padding).
+    mask: [B, p] (or [B, p, n_heads] on attn_z: a head-indexed patch). One forward then patches a different
+    (position, head) cell in every row."""
+
+    def __init__(self, site: str, source: torch.Tensor, mask: torch.Tensor):
+        self.sites = (site,)
+        self.source = source
+        self.mask = mask
+
+    def apply(self, site, x, ctx: StepContext):
+        m = self.mask.to(x.device)
+        m = m.reshape(*m.shape, *([1] * (x.ndim - m.ndim)))
+        return torch.where(m, self.source.to(device=x.device, dtype=x.dtype), x)
+
+    def __repr__(self):
+        return f"CellPatch(site={self.sites[0]!r}, rows={self.mask.shape[0]}, cells={int(self.mask.sum())})"
+
+
+class Interpolate(Edit):
+    """x <- x + alpha[r] * (target - x) in row r: the integrated-gradients path from one run to the other."""
+
+    def __init__(self, site: str, target: torch.Tensor, alphas: torch.Tensor):
+        self.sites = (site,)
+        self.target = target
+        self.alphas = alphas
+
+    def apply(self, site, x, ctx):
+        a = self.alphas.to(device=x.device, dtype=x.dtype).reshape(-1, *([1] * (x.ndim - 1)))
+        return x + a * (self.target.to(device=x.device, dtype=x.dtype) - x)
+
+    def __repr__(self):
+        return f"Interpolate(site={self.sites[0]!r}, steps={self.alphas.numel()})"
+
+
+class GradProbe(Edit):
+    """x <- x + delta with delta a zero leaf tensor that requires grad: d metric / d delta = d metric / d x."""
+
+    def __init__(self, site: str, delta: torch.Tensor):
+        self.sites = (site,)
+        self.delta = delta
+
+    def apply(self, site, x, ctx):
+        return x + self.delta.to(x.dtype)
+
+    def __repr__(self):
+        return f"GradProbe(site={self.sites[0]!r})"
+
+
+FALLBACK_PAIR = ("The capital of France is", "The capital of Italy is")
+
+
+def default_pair(model, seed: int = 0) -> tuple[str, str]:
+    """A meaningful clean / corrupt pair for `model`: on the toy organisms a CtxMem recall prompt whose context
+    value of the queried entity is swapped (so the answer flips from the clean value to the corrupt one); on other
+    models "The capital of France / Italy is"."""
+    from interplab.data import toy_vocab
+    from interplab.data.ctxmem import CtxMem
+
+    tok = model.tokenizer
+    unk = getattr(tok, "unk_token_id", None)
+    if unk is None or unk not in tok(" ".join(toy_vocab.VALUES[:2]), add_special_tokens=False)["input_ids"]:
+        ex = next(e for e in CtxMem().sample(16, seed=seed, mode="gen") if e.meta["in_context"])
+        fmt = "chat" if getattr(tok, "chat_template", None) else "raw"
+        clean = ex.prompt_text(fmt)
+        e, v = ex.meta["query_entity"], ex.meta["context_value"]
+        other = next(x for x in toy_vocab.VALUES if x not in {v, ex.meta["memory_value"]}
+                     and x not in dict(ex.meta["pairs"]).values())
+        corrupt = clean.replace(f"{e} {v}", f"{e} {other}", 1)
+        if len(prompt_ids(model, clean)) == len(prompt_ids(model, corrupt)):
+            return clean, corrupt
+    return FALLBACK_PAIR

@@ -1,0 +1,76 @@
+"""AppTest: the Patching, Logit Lens and Attention pages run with their defaults on the shipped zoo:toy-chat and
+every button is pressed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import interplab.app  # noqa: E402
+
+PAGES = Path(interplab.app.__file__).resolve().parent / "pages"
+TIMEOUT = 300
+
+
+@pytest.fixture
+def toy_chat(monkeypatch, tmp_path):
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", "zoo:toy-chat")
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+
+
+def _charts(at) -> list[str]:
+    return [c.key for c in at.get("plotly_chart")]
+
+
+@pytest.mark.slow
+def test_patching_page_defaults_and_buttons(toy_chat):
+    at = AppTest.from_file(str(PAGES / "10_Patching.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    assert "ctx" in at.text_area(key="pt_clean").value  # the CtxMem pair
+    at.button(key="pt_run").click().run()
+    assert not at.exception, at.exception
+    assert {"pt_fig_resid_pre__chart", "pt_fig_attn_z__chart"} <= set(_charts(at))
+    # the default pair flips the answer: the metric changes sign between clean and corrupt
+    assert any("clean **" in m.value and "corrupt **-" in m.value for m in at.markdown)
+    at.selectbox(key="pt_cell_layer").set_value(0).run()
+    at.button(key="pt_gen").click().run()
+    assert not at.exception, at.exception
+    assert "patched:" in at.code[0].value
+    at.selectbox(key="pt_method").set_value("gradient").run()
+    at.multiselect(key="pt_sites").set_value(["resid_pre"]).run()
+    at.button(key="pt_run").click().run()
+    assert not at.exception, at.exception
+    assert "pt_scatter_resid_pre__chart" in _charts(at) and len(at.dataframe) == 2  # comparison + top cells
+
+
+def test_logit_lens_page_defaults_and_buttons(toy_chat):
+    at = AppTest.from_file(str(PAGES / "11_Logit_Lens.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    assert {"ll_fig__chart", "dla_fig__chart"} <= set(_charts(at))
+    at.number_input(key="ll_tuned_steps").set_value(10).run()
+    at.button(key="ll_tuned_go").click().run()
+    assert not at.exception, at.exception
+    assert "ll_tuned_fig__chart" in _charts(at)
+    at.selectbox(key="ll_value").set_value("kl").run()
+    assert not at.exception, at.exception
+
+
+def test_attention_page_defaults(toy_chat):
+    at = AppTest.from_file(str(PAGES / "12_Attention.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    assert "att_fig__chart" in _charts(at)
+    assert any("KV groups" in m.value for m in at.markdown)
+    at.multiselect(key="att_heads").set_value([0, 1]).run()
+    assert not at.exception, at.exception
+
+
+def test_direction_page_defaults_and_button(toy_chat):
+    at = AppTest.from_file(str(PAGES / "13_Direction.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    at.button(key="dir_go").click().run()
+    assert not at.exception, at.exception
+    assert {"dir_hist__chart", "dir_logits__chart"} <= set(_charts(at))
+    assert "scale 8.0" in at.code[0].value

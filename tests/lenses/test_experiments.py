@@ -1,0 +1,28 @@
+"""`interplab run patching` and `interplab run logit-lens` write their results on a random checkpoint."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from interplab.experiments import run_experiment
+from interplab.results import load_run
+
+
+@pytest.mark.slow
+def test_patching_and_logit_lens_experiments(llama_ckpt, tmp_path):
+    import interplab.probes.lenses  # noqa: F401 - registers the result classes for load_run
+
+    path = run_experiment("patching", {"model": str(llama_ckpt), "clean": "w1 w2 w3 w4 w5",
+                                       "corrupt": "w1 w9 w3 w4 w5", "sites": "resid_pre,mlp_out", "ig_steps": "2"},
+                          root=tmp_path)
+    run = load_run(path)
+    exact = run.result("exact")
+    assert exact["resid_pre"].values.shape == (3, 6)
+    assert run.result("attribution_ig")["mlp_out"].method == "ig"
+    assert (path / "figures" / "patching_resid_pre.html").is_file()
+    path = run_experiment("logit-lens", {"model": str(llama_ckpt), "prompt": "w1 w2 w3 w4 w5", "tuned_steps": "5",
+                                         "n_tuned_prompts": "2"}, root=tmp_path)
+    run = load_run(path)
+    assert run.result("logit_lens").kl.shape == (3, 6) and run.result("tuned_lens").A.shape[0] == 3
+    d = run.result("dla")
+    assert np.abs(d.component_sum - d.total).max() < 1e-4

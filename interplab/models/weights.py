@@ -54,8 +54,10 @@ def mlp_weights(hf_model) -> dict[str, torch.Tensor]:
 
 
 def final_norm(hf_model) -> torch.nn.Module:
-    """The final norm module (applied to the last residual stream before the unembedding)."""
-    return get_module(hf_model, paths_for(hf_model).final_norm)
+    """The checkpoint's own final norm module (applied to the last residual stream before the unembedding). The
+    TransformerLens bridge wraps modules in place; its public `original_component` is the module itself."""
+    m = get_module(hf_model, paths_for(hf_model).final_norm)
+    return getattr(m, "original_component", None) or m
 
 
 def unembedding(hf_model) -> tuple[torch.Tensor, torch.Tensor | None]:

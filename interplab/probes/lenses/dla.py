@@ -84,8 +84,6 @@ def frozen_norm(model, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tor
     The parameters are read from the module and checked against its own output on x, so an unsupported norm fails
     loudly instead of giving a wrong decomposition."""
     norm = model.final_norm_module
-    # TransformerLens's bridge wraps the checkpoint's norm; its public `original_component` is the norm itself
-    norm = getattr(norm, "original_component", None) or norm
     w = getattr(norm, "weight", None)
     gamma = (w.detach().double().cpu() if w is not None else torch.ones(x.shape[-1], dtype=torch.float64))
     if type(norm).__name__.startswith("Gemma"):

@@ -198,7 +198,6 @@ def _float_norm(norm: torch.nn.Module):
     """The final norm as a differentiable float32 function (a float32 copy, so the model itself is untouched)."""
     import copy
 
-    norm = getattr(norm, "original_component", None) or norm  # the checkpoint's own norm under the bridge
     f = copy.deepcopy(norm).float().cpu()
     for p in f.parameters():
         p.requires_grad_(False)

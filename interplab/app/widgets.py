@@ -9,6 +9,7 @@ Typical page:
 """
 from __future__ import annotations
 
+import os
 import re
 
 import streamlit as st
@@ -65,7 +66,7 @@ def model_picker(key: str = "model", *, sidebar: bool = True, page: str | None =
     The last choice is remembered across pages in `st.session_state["interplab_model"]`. A page whose method needs a
     particular kind of organism passes `page` (its name), `suggested` (a zoo name where the method shows something)
     and `fits(zoo_name) -> bool`: when the page is opened on a remembered zoo organism that does not fit, it starts on
-    `suggested` instead and says so (a local checkpoint is always kept)."""
+    `suggested` instead and says so (a local checkpoint, or a model named with `interplab app --model`, is kept)."""
     box = st.sidebar if sidebar else st
     remembered = st.session_state.get("interplab_model") or {}
     default = remembered.get("name") or state.default_model()
@@ -81,8 +82,10 @@ def model_picker(key: str = "model", *, sidebar: bool = True, page: str | None =
         st.session_state["interplab_page"] = page
     current = st.session_state.get(zkey) if st.session_state.get(zkey) in zoo else default_zoo
     switched = None
+    # a model named at start-up (`interplab app --model`) is the user's explicit choice: never switched away from
+    explicit = not remembered and state.DEFAULT_MODEL_ENV in os.environ
     if (fresh and suggested in zoo and fits is not None and not default_path and current is not None
-            and not fits(current)):
+            and not explicit and not fits(current)):
         st.session_state[zkey], switched = suggested, current
     elif st.session_state.get(zkey) not in zoo:
         st.session_state[zkey] = default_zoo if default_zoo in zoo else zoo[0]

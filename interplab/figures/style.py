@@ -317,11 +317,20 @@ def layout_problems(fig) -> list[str]:
                     out.append(f"heatmap trace {i} has NaN cells without text saying why")
                 elif NA_TEXT not in notes and tr.hovertext is None:
                     out.append(f"heatmap trace {i}: NaN cells are labelled but not explained")
-        if tr.type == "bar" and tr.y is not None:
-            y = np.asarray(tr.y, dtype=float)
+        vals = tr.x if tr.type == "bar" and tr.orientation == "h" else getattr(tr, "y", None)
+        if tr.type == "bar" and vals is not None and _numeric(vals):
+            y = np.asarray(vals, dtype=float)
             if np.isnan(y).any():
                 out.append(f"bar trace {i} has empty (NaN) bars without a label")
     return out
+
+
+def _numeric(vals) -> bool:
+    try:
+        np.asarray([np.nan if v is None else v for v in vals], dtype=float)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def _strip_tags(s: str) -> str:

@@ -253,10 +253,10 @@ def label_empty_bars(fig, reason: str, *, trace: int = 0):
 
 
 def _note(fig, text: str) -> None:
-    fig.add_annotation(text=text, xref="paper", yref="paper", x=0.0, y=-0.2, xanchor="left", yanchor="top",
-                       showarrow=False, font=dict(size=11), name="interplab_note")
-    b = fig.layout.margin.b or 50
-    fig.update_layout(margin=dict(b=max(b, 90)))
+    # above the plot area, under the title: below it, rotated category labels would run into it
+    fig.add_annotation(text=wrap_title(text, TITLE_CHARS + 10), xref="paper", yref="paper", x=0.0, y=1.0,
+                       xanchor="left", yanchor="bottom", align="left", showarrow=False, font=dict(size=11),
+                       name="interplab_note", yshift=4)
 
 
 def finish_layout(fig):
@@ -266,8 +266,9 @@ def finish_layout(fig):
     if title:
         wrapped = wrap_title(title)
         fig.layout.title.text = wrapped
-        sub = any(a.yref == "paper" and (a.y or 0) >= 1.0 for a in fig.layout.annotations)
-        top = 24 + TITLE_LINE_PX * _n_lines(wrapped) + (22 if sub else 0)
+        sub = max((_n_lines(a.text) for a in fig.layout.annotations if a.yref == "paper" and (a.y or 0) >= 1.0),
+                  default=0)
+        top = 24 + TITLE_LINE_PX * _n_lines(wrapped) + 18 * sub
         fig.update_layout(margin=dict(t=max(fig.layout.margin.t or 0, top)),
                           title=dict(y=1.0, yanchor="top", yref="container", pad=dict(t=12)))
     _fix_integer_axes(fig)

@@ -62,6 +62,11 @@ LAYOUT_JS = """
         out.push(`title cut at the figure edge: "${name}"`);
       if (areas.some(a => hit(t, a))) out.push(`title overlaps the plot area: "${name}"`);
     }
+    for (const a of p.querySelectorAll('.annotation-text-g')) {
+      const r = box(a);
+      if (r.width > 0 && (r.left < s.left - 1 || r.right > s.right + 1))
+        out.push(`annotation cut at the figure edge: "${a.textContent.slice(0, 50)}" in "${name}"`);
+    }
     const legend = p.querySelector('.legend');
     if (legend) {
       const l = box(legend);
@@ -80,7 +85,8 @@ def _idle(page, timeout: float) -> None:
     """Wait until the script run is over (no 'Running' status widget, no spinner) for 2 s in a row."""
     deadline, quiet_since = time.time() + timeout, None
     while time.time() < deadline:
-        busy = page.locator('[data-testid="stStatusWidget"], [data-testid="stSpinner"]').count() > 0
+        busy = page.locator('[data-testid="stStatusWidgetRunningIcon"], [data-testid="stStatusWidgetRunningManIcon"], '
+                            '.stSpinner, [data-testid="stSkeleton"], [data-stale="true"]').count() > 0
         if busy:
             quiet_since = None
         elif quiet_since is None:
@@ -99,6 +105,9 @@ def server(tmp_path_factory):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "INTERPLAB_HOME": str(home)}
     env.pop("INTERPLAB_DEFAULT_MODEL", None)
+    # the server must import this checkout's interplab, whatever the working directory
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     log = open(home / "server.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "interplab.cli", "app", "--port", str(port)], stdout=log,
                             stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(home))

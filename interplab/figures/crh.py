@@ -175,7 +175,7 @@ def sector_polar(sector_map, *, title: str | None = None):
                 marker=dict(color=rate.T.ravel(), colorscale=PROBABILITY if label == 2 else "Reds", cmin=0, cmax=1,
                             showscale=True,
                             colorbar=dict(title="rate", orientation="h", x=0.2 if col == 1 else 0.8, xanchor="center",
-                                          y=-0.12, len=0.35, thickness=12),
+                                          y=-0.2, len=0.35, thickness=12),  # below the 270° label
                             line=dict(width=0)),
                 hovertemplate="β=%{theta:.0f}°<br>step %{customdata[0]:.0f} (L=%{customdata[1]:.3g})"
                               f"<br>rate=%{{marker.color:.2f}}<extra>{name}</extra>",
@@ -188,14 +188,15 @@ def sector_polar(sector_map, *, title: str | None = None):
     c = sector_map.centre
     t = title or (f"Sector map (γ={sector_map.gamma_deg:.0f}°, {B} bins, {K} strengths; "
                   f"population centre {'n/a' if math.isnan(c) else f'{math.degrees(c):.0f}°'})")
-    apply_style(fig, title=t, height=560)
+    apply_style(fig, title=t, height=660)
     radial = dict(range=[0, K], showticklabels=False, ticks="")
-    fig.update_layout(updatemenus=[dict(buttons=buttons, direction="down", x=1.0, y=1.26, xanchor="right",
+    # the view menu sits above the subplot titles (which sit above the 90° labels): nothing overlaps
+    fig.update_layout(updatemenus=[dict(buttons=buttons, direction="down", x=1.0, y=1.42, xanchor="right",
                                         yanchor="top")],
                       polar=dict(radialaxis=radial, hole=0.05), polar2=dict(radialaxis=radial, hole=0.05),
-                      margin=dict(t=max(150, fig.layout.margin.t or 0), b=90))
+                      margin=dict(t=max(180, fig.layout.margin.t or 0), b=130))
     fig.add_annotation(text="radius = strength step (inner = weakest)", showarrow=False, xref="paper",
-                       yref="paper", x=0.5, y=-0.22)
+                       yref="paper", x=0.5, y=-0.36)
     return fig
 
 

@@ -82,11 +82,12 @@ LAYOUT_JS = """
 
 
 def _idle(page, timeout: float) -> None:
-    """Wait until the script run is over (no 'Running' status widget, no spinner) for 2 s in a row."""
+    """Wait until the script run is over (Streamlit's script state 'notRunning', no spinner) for 2 s in a row."""
     deadline, quiet_since = time.time() + timeout, None
     while time.time() < deadline:
-        busy = page.locator('[data-testid="stStatusWidgetRunningIcon"], [data-testid="stStatusWidgetRunningManIcon"], '
-                            '.stSpinner, [data-testid="stSkeleton"], [data-stale="true"]').count() > 0
+        # stApp carries the script state; a run that has not started yet reads 'initial'
+        state = page.locator('[data-testid="stApp"]').first.get_attribute("data-test-script-state")
+        busy = state != "notRunning" or page.locator('.stSpinner, [data-testid="stSkeleton"]').count() > 0
         if busy:
             quiet_since = None
         elif quiet_since is None:

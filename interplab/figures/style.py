@@ -77,6 +77,7 @@ def heatmap_axes(fig, *, y_reversed: bool = True, square: bool = False):
 
 TITLE_CHARS = 64               # characters per title line before wrapping (fits a half-width column at 16 px)
 TITLE_LINE_PX = 22             # top margin per title line
+NOTE_CHARS = 40                # characters per line of a note above the plot (it starts at the plot's left edge)
 INTEGER_HINTS = ("layer", "head", "step", "position", "index", "n_layers", "k (", "dimension", "count", "block")
 MAX_INT_TICKS = 12
 NA_TEXT = "n/a"
@@ -254,7 +255,7 @@ def label_empty_bars(fig, reason: str, *, trace: int = 0):
 
 def _note(fig, text: str) -> None:
     # above the plot area, under the title: below it, rotated category labels would run into it
-    fig.add_annotation(text=wrap_title(text, TITLE_CHARS + 10), xref="paper", yref="paper", x=0.0, y=1.0,
+    fig.add_annotation(text=wrap_title(text, NOTE_CHARS), xref="paper", yref="paper", x=0.0, y=1.0,
                        xanchor="left", yanchor="bottom", align="left", showarrow=False, font=dict(size=11),
                        name="interplab_note", yshift=4)
 

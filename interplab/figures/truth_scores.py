@@ -74,7 +74,7 @@ def lineage_matrix(matrix, *, statistic: str = "pearson", title: str | None = No
     return fig
 
 
-NOT_COMPARABLE = "maps of different shapes (layers × heads) are not compared"
+NOT_COMPARABLE = "maps of different shapes are not compared"
 
 
 def lineage_bars(matrix, reference: str, *, clip_negative: bool = False, title: str | None = None) -> go.Figure:
@@ -83,7 +83,7 @@ def lineage_bars(matrix, reference: str, *, clip_negative: bool = False, title: 
     vals = row.clip(lower=0) if clip_negative else row
     fig = go.Figure(go.Bar(x=list(row.index), y=vals.to_numpy(dtype=float), marker_color=QUALITATIVE[0],
                            hovertemplate="%{x}: %{y:.3f} %{hovertext}<extra></extra>"))
-    label_empty_bars(fig, f"{NOT_COMPARABLE} (shape differs from {reference})")
+    label_empty_bars(fig, f"layers × heads differ from {reference}'s")
     apply_style(fig, title=title or f"vs {reference}" + (" (negatives clipped to 0)" if clip_negative else ""),
                 yaxis="r")
     return fig

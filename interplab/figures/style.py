@@ -269,9 +269,12 @@ def finish_layout(fig):
         fig.layout.title.text = wrapped
         sub = max((_n_lines(a.text) for a in fig.layout.annotations if a.yref == "paper" and (a.y or 0) >= 1.0),
                   default=0)
-        top = 24 + TITLE_LINE_PX * _n_lines(wrapped) + 18 * sub
+        # plotly centres a multi-line title's block on its first line: pad it down by half a line per extra line,
+        # or its first line pokes above the figure (clipped in exports)
+        extra = 11 * (_n_lines(wrapped) - 1)
+        top = 24 + TITLE_LINE_PX * _n_lines(wrapped) + extra + 18 * sub
         fig.update_layout(margin=dict(t=max(fig.layout.margin.t or 0, top)),
-                          title=dict(y=1.0, yanchor="top", yref="container", pad=dict(t=12)))
+                          title=dict(y=1.0, yanchor="top", yref="container", pad=dict(t=12 + extra)))
     _fix_integer_axes(fig)
     if (_legend_shown(fig) and (_has_colorbar(fig) or _right_axis(fig))
             and (fig.layout.legend.x is None or fig.layout.legend.x >= 1.0) and fig.layout.legend.orientation != "h"):

@@ -41,9 +41,17 @@ LAYOUT_JS = """
   const box = e => e.getBoundingClientRect();
   const hit = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
   const main = document.querySelector('[data-testid="stMain"]') || document.body;
+  // content inside a scroll box (a data grid's canvas) that itself fits is not an overflow of the page
+  const clipped = e => {
+    for (let a = e.parentElement; a && a !== main; a = a.parentElement) {
+      const o = getComputedStyle(a).overflowX;
+      if (o !== 'visible' && box(a).right <= W + 1) return true;
+    }
+    return false;
+  };
   for (const e of main.querySelectorAll('*')) {
     const r = box(e);
-    if (r.width > 0 && r.right > W + 1 && getComputedStyle(e).position !== 'fixed') {
+    if (r.width > 0 && r.right > W + 1 && getComputedStyle(e).position !== 'fixed' && !clipped(e)) {
       out.push(`overflow: <${e.tagName.toLowerCase()} class="${(e.className && e.className.baseVal !== undefined)
                ? e.className.baseVal : e.className}"> right edge ${Math.round(r.right)} > ${W}`);
       break;

@@ -107,7 +107,7 @@ def eigen_spectrum_figure(geometry, key: str | None = None, *, name_a: str = "ba
         fig.add_trace(go.Scatter(x=np.arange(1, s.size + 1), y=np.maximum(s, 1e-30), mode="lines", name=nm,
                                  line=dict(color=col)))
     apply_style(fig, title=title or f"Covariance spectrum at {key}", xaxis="index i", yaxis="eigenvalue λ_i")
-    fig.update_yaxes(type="log")
+    log_axis(fig, "y")
     return fig
 
 
@@ -146,7 +146,7 @@ def entropy_temperature_figure(match, *, title: str | None = None):
     fig.add_trace(go.Scatter(x=[match.T], y=[match.matched_entropy], mode="markers", name=f"T* = {match.T:.3f}",
                              marker=dict(size=12, color=QUALITATIVE[3], symbol="x")))
     apply_style(fig, title=title or "Entropy-matched temperature", xaxis="temperature T", yaxis="mean entropy (nats)")
-    fig.update_xaxes(type="log")
+    fig.update_xaxes(type="log")  # < 2 decades: keep the 2, 5 labels
     return fig
 
 

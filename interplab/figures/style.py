@@ -222,9 +222,11 @@ def _legend_shown(fig) -> bool:
 
 def legend_below(fig, *, rows: int = 1):
     """A horizontal legend under the plot area (off the axes and the colourbars), with room reserved for it."""
-    fig.update_layout(legend=dict(orientation="h", x=0.0, xanchor="left", y=-0.16, yanchor="top"))
-    b = fig.layout.margin.b or 50
-    fig.update_layout(margin=dict(b=max(b, 70 + 24 * rows)))
+    b = max(fig.layout.margin.b or 50, 70 + 24 * rows)
+    # the legend's offset is in plot-area fractions: place it ~56 px under the plot, below the x-axis title
+    plot_h = max(120, (fig.layout.height or 450) - (fig.layout.margin.t or 60) - b)
+    fig.update_layout(legend=dict(orientation="h", x=0.0, xanchor="left", y=-56 / plot_h, yanchor="top"),
+                      margin=dict(b=b))
     return fig
 
 

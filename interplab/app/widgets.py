@@ -9,6 +9,7 @@ Typical page:
 """
 from __future__ import annotations
 
+import os
 import re
 
 import streamlit as st
@@ -58,10 +59,14 @@ def show_figure(fig, key: str, *, filename: str | None = None, exports: bool = T
             st.caption("PNG/SVG/PDF export needs Chromium (`apt-get install chromium`).")
 
 
-def model_picker(key: str = "model", *, sidebar: bool = True) -> tuple[str, str]:
+def model_picker(key: str = "model", *, sidebar: bool = True, page: str | None = None,
+                 suggested: str | None = None, fits=None) -> tuple[str, str]:
     """Sidebar widget: a zoo organism or a local checkpoint path, and a backend. Returns (name, backend).
 
-    The last choice is remembered across pages in `st.session_state["interplab_model"]`."""
+    The last choice is remembered across pages in `st.session_state["interplab_model"]`. A page whose method needs a
+    particular kind of organism passes `page` (its name), `suggested` (a zoo name where the method shows something)
+    and `fits(zoo_name) -> bool`: when the page is opened on a remembered zoo organism that does not fit, it starts on
+    `suggested` instead and says so (a local checkpoint, or a model named with `interplab app --model`, is kept)."""
     box = st.sidebar if sidebar else st
     remembered = st.session_state.get("interplab_model") or {}
     default = remembered.get("name") or state.default_model()
@@ -71,11 +76,26 @@ def model_picker(key: str = "model", *, sidebar: bool = True) -> tuple[str, str]
     if default_zoo and default_zoo not in zoo:
         zoo = [default_zoo] + zoo
     default_path = "" if default.startswith("zoo:") else default
+    zkey = f"{key}_zoo"
+    fresh = page is not None and st.session_state.get("interplab_page") != page
+    if page is not None:
+        st.session_state["interplab_page"] = page
+    current = st.session_state.get(zkey) if st.session_state.get(zkey) in zoo else default_zoo
+    switched = None
+    # a model named at start-up (`interplab app --model`) is the user's explicit choice: never switched away from
+    explicit = not remembered and state.DEFAULT_MODEL_ENV in os.environ
+    if (fresh and suggested in zoo and fits is not None and not default_path and current is not None
+            and not explicit and not fits(current)):
+        st.session_state[zkey], switched = suggested, current
+    elif st.session_state.get(zkey) not in zoo:
+        st.session_state[zkey] = default_zoo if default_zoo in zoo else zoo[0]
 
     with box:
         st.subheader("Model")
-        organism = st.selectbox("Zoo organism", zoo, index=zoo.index(default_zoo) if default_zoo in zoo else 0,
-                                key=f"{key}_zoo",
+        if switched:
+            st.caption(f"Opened on `{suggested}`: this page's method needs another kind of organism than "
+                       f"`{switched}`.")
+        organism = st.selectbox("Zoo organism", zoo, key=zkey,
                                 format_func=lambda n: n if organisms.get(n, True) else f"{n} (not built)",
                                 help="interplab's own small model organisms (`interplab zoo list`); build a missing "
                                      "one with `interplab zoo train NAME`")

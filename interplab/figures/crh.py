@@ -142,6 +142,11 @@ def _penalty_polylines(go, fig, cylinder, d: np.ndarray, L: float, P: np.ndarray
     return [dict(active=0, currentvalue=dict(prefix=f"penalty p (L={L:.3g}): "), steps=steps, pad=dict(t=30))]
 
 
+# the judge's labels 2 and 3 (spec crh.md §6), named for what they mean
+CONCEPT = "rate: reply names the concept (judge label 2)"
+GIBBERISH = "rate: reply is gibberish (judge label 3)"
+
+
 def sector_polar(sector_map, *, title: str | None = None):
     """Twin Barpolar maps (label 2 | label 3): angle = β bin, radius = strength step, colour = rate; a dropdown
     switches between the population map (rate over samples) and each sample's own map."""
@@ -153,7 +158,9 @@ def sector_polar(sector_map, *, title: str | None = None):
     theta = np.degrees(sector_map.bin_angles)
     width = 360.0 / B * 0.95
     fig = make_subplots(rows=1, cols=2, specs=[[{"type": "polar"}, {"type": "polar"}]],
-                        subplot_titles=("concept (label 2)", "gibberish (label 3)"))
+                        subplot_titles=(CONCEPT, GIBBERISH))
+    # the titles sit above the 90° angular tick labels, not on them
+    fig.update_annotations(y=1.1, yanchor="bottom")
     views = [("population", np.arange(S))] + [(f"sample {i}", np.array([i])) for i in range(S)]
     per_view = 2
     th = np.tile(theta, K)                                                          # bar (b, k) at index k*B + b
@@ -168,7 +175,7 @@ def sector_polar(sector_map, *, title: str | None = None):
                 marker=dict(color=rate.T.ravel(), colorscale=PROBABILITY if label == 2 else "Reds", cmin=0, cmax=1,
                             showscale=True,
                             colorbar=dict(title="rate", orientation="h", x=0.2 if col == 1 else 0.8, xanchor="center",
-                                          y=-0.12, len=0.35, thickness=12),
+                                          y=-0.2, len=0.35, thickness=12),  # below the 270° label
                             line=dict(width=0)),
                 hovertemplate="β=%{theta:.0f}°<br>step %{customdata[0]:.0f} (L=%{customdata[1]:.3g})"
                               f"<br>rate=%{{marker.color:.2f}}<extra>{name}</extra>",
@@ -181,14 +188,15 @@ def sector_polar(sector_map, *, title: str | None = None):
     c = sector_map.centre
     t = title or (f"Sector map (γ={sector_map.gamma_deg:.0f}°, {B} bins, {K} strengths; "
                   f"population centre {'n/a' if math.isnan(c) else f'{math.degrees(c):.0f}°'})")
-    apply_style(fig, title=t, height=560)
+    apply_style(fig, title=t, height=660)
     radial = dict(range=[0, K], showticklabels=False, ticks="")
-    fig.update_layout(updatemenus=[dict(buttons=buttons, direction="down", x=1.0, y=1.18, xanchor="right",
+    # the view menu sits above the subplot titles (which sit above the 90° labels): nothing overlaps
+    fig.update_layout(updatemenus=[dict(buttons=buttons, direction="down", x=1.0, y=1.42, xanchor="right",
                                         yanchor="top")],
                       polar=dict(radialaxis=radial, hole=0.05), polar2=dict(radialaxis=radial, hole=0.05),
-                      margin=dict(t=110, b=90))
+                      margin=dict(t=max(180, fig.layout.margin.t or 0), b=130))
     fig.add_annotation(text="radius = strength step (inner = weakest)", showarrow=False, xref="paper",
-                       yref="paper", x=0.5, y=-0.22)
+                       yref="paper", x=0.5, y=-0.36)
     return fig
 
 
@@ -202,8 +210,7 @@ def penalty_heatmaps(penalty_map, *, exclude_step1: bool = True, title: str | No
     order = np.argsort(-penalty_map.ps)
     xs = [f"{p:.2f}" for p in penalty_map.ps[order]]
     ys = np.arange(1, penalty_map.strengths.size + 1)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("concept rate (label 2)", "gibberish rate (label 3)"),
-                        horizontal_spacing=0.2)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(CONCEPT, GIBBERISH), horizontal_spacing=0.2)
     top2 = float(np.nanmax(r2)) if np.isfinite(r2).any() else 0.0
     top3 = float(np.nanmax(r3)) if np.isfinite(r3).any() else 0.0
     fig.add_trace(go.Heatmap(z=r2[:, order], x=xs, y=ys, colorscale=PROBABILITY, zmin=0, zmax=max(0.05, top2),
@@ -244,7 +251,7 @@ def baseline_curves(curves, *, title: str | None = None):
     go = _go()
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("concept rate (label 2)", "gibberish rate (label 3)"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(CONCEPT, GIBBERISH))
     steps = np.arange(1, curves.strengths.size + 1)
     for col, label in ((1, 2), (2, 3)):
         m, ci = curves.rates(label)

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from interplab.figures.style import QUALITATIVE, SEQUENTIAL, apply_style
+from interplab.figures.style import QUALITATIVE, SEQUENTIAL, apply_style, legend_below
 
 __all__ = [
     "variance_share_heatmap", "scree_figure", "sensitivity_figure", "null_histogram", "principal_angle_figure",
@@ -70,7 +70,7 @@ def variance_share_heatmap(ss, *, max_components: int | None = 200, title: str |
                                  name=f"shared (|S| = {ss.k_s})", hoverinfo="skip"), row=1, col=1)
     apply_style(fig, title=title or f"Per-task variance shares ({ss.mode} mode, k = {ss.k}, |S| = {ss.k_s}, "
                                     f"tau = {tau:.3g})", height=540)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.15, xanchor="left", x=0.0))
+    legend_below(fig)
     fig.update_xaxes(title_text="pooled component", row=2, col=1)
     fig.update_yaxes(title_text="#tasks", row=2, col=1)
     return fig
@@ -116,7 +116,8 @@ def sensitivity_figure(df, *, title: str = "Sensitivity of |S| and k"):
     fig.update_xaxes(title_text="rho", row=1, col=2)
     ymax = float(max(df["k"].max(), df["k_s"].max(), 1)) * 1.2
     fig.update_yaxes(range=[0, ymax], title_text="dimensions", row=1, col=1)
-    return apply_style(fig, title=title)
+    apply_style(fig, title=title)
+    return legend_below(fig)
 
 
 def null_histogram(results: Sequence, *, title: str = "Significance nulls for |S|"):
@@ -150,7 +151,8 @@ def principal_angle_figure(angles: Mapping[str, Sequence[float]], *, title: str 
                                  line=dict(shape="hv", color=QUALITATIVE[i % len(QUALITATIVE)]),
                                  name=f"{label}: mean {s['mean']:.1f}°, p50 {s['p50']:.1f}°, p95 {s['p95']:.1f}°"))
     fig.update_xaxes(range=[0, 90])
-    return apply_style(fig, title=title, xaxis="principal angle (degrees)", yaxis="fraction of angles <= x")
+    apply_style(fig, title=title, xaxis="principal angle (degrees)", yaxis="fraction of angles <= x")
+    return legend_below(fig, rows=len(angles))  # long labels: a legend at the side squashes the plot
 
 
 def ablation_figure(summary, *, metric: str | None = None, conditions: Sequence[str] | None = None,

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from interplab.core.errors import DataError, ShapeError
-from interplab.figures.style import ACCENT, QUALITATIVE, apply_style
+from interplab.figures.style import ACCENT, QUALITATIVE, apply_style, log_axis
 
 __all__ = [
     "pr_by_layer_figure", "cos_l2_figure", "eigen_spectrum_figure", "diversity_bars_figure",
@@ -60,10 +60,11 @@ def pr_by_layer_figure(geometry, *, name_a: str = "base", name_b: str = "target"
         fig.add_trace(go.Scatter(x=[r["layer"]], y=[r["pr_b"]], mode="markers", name=f"PR {name_b} (final norm)",
                                  marker=dict(symbol="diamond-open", size=12, color=QUALITATIVE[1])))
         notes.append(f"post-norm = {r['delta_pr']:+.2f}")
+    # the ΔDim summary is the title's second line: a right-anchored annotation ran off the left edge when narrow
+    t = title or "Participation ratio by layer"
     if notes:
-        fig.add_annotation(text="; ".join(notes), xref="paper", yref="paper", x=1.0, y=1.08, showarrow=False,
-                           xanchor="right", font=dict(size=12))
-    apply_style(fig, title=title or "Participation ratio by layer", xaxis="layer")
+        t += "<br>" + "; ".join(notes)
+    apply_style(fig, title=t, xaxis="layer")
     fig.update_yaxes(title_text="participation ratio", secondary_y=False)
     fig.update_yaxes(title_text="ΔDim", secondary_y=True, showgrid=False)
     fig.update_xaxes(dtick=1)
@@ -106,7 +107,7 @@ def eigen_spectrum_figure(geometry, key: str | None = None, *, name_a: str = "ba
         fig.add_trace(go.Scatter(x=np.arange(1, s.size + 1), y=np.maximum(s, 1e-30), mode="lines", name=nm,
                                  line=dict(color=col)))
     apply_style(fig, title=title or f"Covariance spectrum at {key}", xaxis="index i", yaxis="eigenvalue λ_i")
-    fig.update_yaxes(type="log")
+    log_axis(fig, "y")
     return fig
 
 
@@ -145,7 +146,7 @@ def entropy_temperature_figure(match, *, title: str | None = None):
     fig.add_trace(go.Scatter(x=[match.T], y=[match.matched_entropy], mode="markers", name=f"T* = {match.T:.3f}",
                              marker=dict(size=12, color=QUALITATIVE[3], symbol="x")))
     apply_style(fig, title=title or "Entropy-matched temperature", xaxis="temperature T", yaxis="mean entropy (nats)")
-    fig.update_xaxes(type="log")
+    fig.update_xaxes(type="log")  # < 2 decades: keep the 2, 5 labels
     return fig
 
 
@@ -187,7 +188,7 @@ def rank_histogram_figure(rank_result, *, title: str | None = None):
         edges = np.unique(np.round(np.logspace(0, np.log10(max(r.max(), 2)) + 1e-9, 30)))
         counts, _ = np.histogram(r, bins=np.append(edges, edges[-1] + 1))
         fig.add_trace(go.Bar(x=edges, y=counts, marker_color=QUALITATIVE[1], name="count"), 1, 2)
-        fig.update_xaxes(type="log", title_text="base rank", row=1, col=2)
+        log_axis(fig, "x", title_text="base rank", row=1, col=2)  # one tick per decade, not every log bin
     over = rank_result.summary.get("override_rate", float("nan"))
     apply_style(fig, title=title or f"Base rank of the target's greedy tokens (override rate {over:.1%})",
                 legend=False)

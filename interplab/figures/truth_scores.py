@@ -11,7 +11,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interplab.figures.style import DIVERGING, QUALITATIVE, SEQUENTIAL, apply_style
+from interplab.figures.style import (DIVERGING, QUALITATIVE, SEQUENTIAL, apply_style, explain_nan_cells,
+                                     label_empty_bars)
 from interplab.probes.truth.lineage import topk_jaccard
 from interplab.probes.truth.scores import TruthScores
 from interplab.probes.truth.weights import WP_COLUMNS
@@ -61,22 +62,28 @@ def score_heatmap(ts, *, view: str = "raw", mode: str = "normalize", alpha: floa
 
 
 def lineage_matrix(matrix, *, statistic: str = "pearson", title: str | None = None) -> go.Figure:
-    """K x K heatmap of a lineage statistic (a DataFrame from `correlation_matrix`)."""
-    z = matrix.to_numpy()
+    """K x K heatmap of a lineage statistic (a DataFrame from `correlation_matrix`). NaN cells (maps of different
+    shapes, which `correlation_matrix` does not compare) read 'n/a' with the reason on hover and under the plot."""
+    z = matrix.to_numpy(dtype=float)
     fig = go.Figure(go.Heatmap(z=z, x=list(matrix.columns), y=list(matrix.index), colorscale=DIVERGING, zmid=0,
-                               zmin=-1, zmax=1, text=np.round(z, 2), texttemplate="%{text}",
-                               hovertemplate="%{y} vs %{x}: %{z:.3f}<extra></extra>"))
+                               zmin=-1, zmax=1,
+                               hovertemplate="%{y} vs %{x}: %{z:.3f} %{hovertext}<extra></extra>"))
+    explain_nan_cells(fig, NOT_COMPARABLE)
     apply_style(fig, title=title or f"Truth-Score lineage matrix ({statistic})")
     fig.update_yaxes(autorange="reversed")
     return fig
+
+
+NOT_COMPARABLE = "maps of different shapes are not compared"
 
 
 def lineage_bars(matrix, reference: str, *, clip_negative: bool = False, title: str | None = None) -> go.Figure:
     """Bars of each map's statistic against `reference` (repo style; clip_negative is the repo's display option)."""
     row = matrix.loc[reference].drop(reference)
     vals = row.clip(lower=0) if clip_negative else row
-    fig = go.Figure(go.Bar(x=list(row.index), y=vals.to_numpy(), marker_color=QUALITATIVE[0],
-                           hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+    fig = go.Figure(go.Bar(x=list(row.index), y=vals.to_numpy(dtype=float), marker_color=QUALITATIVE[0],
+                           hovertemplate="%{x}: %{y:.3f} %{hovertext}<extra></extra>"))
+    label_empty_bars(fig, f"layers × heads differ from {reference}'s")
     apply_style(fig, title=title or f"vs {reference}" + (" (negatives clipped to 0)" if clip_negative else ""),
                 yaxis="r")
     return fig

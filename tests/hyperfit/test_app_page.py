@@ -39,6 +39,10 @@ def test_layer_geometry_page(tmp_path_factory, monkeypatch):
     at.run()
     assert not at.exception, at.exception
     assert not at.warning
+    # the first render shows the geometry only; generation-heavy views wait for the button (fast first open)
+    assert [c.key for c in at.get("plotly_chart")] == ["geo_pr__chart", "geo_cosl2__chart", "geo_spectrum__chart"]
+    at.button(key="geo_more").click().run()
+    assert not at.exception, at.exception
     keys = [c.key for c in at.get("plotly_chart")]
     for k in ("geo_pr__chart", "geo_cosl2__chart", "geo_spectrum__chart", "geo_ranks__chart",
               "geo_temperature__chart", "geo_diversity__chart"):

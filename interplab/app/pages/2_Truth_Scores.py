@@ -179,35 +179,50 @@ if current is not None and source == "Score a model (CtxMem)":
 
 # ------------------------------------------------------------------------------------------------ try it
 st.header("5 · Try it: generate with and without gating")
-if current is None:
-    st.info("Choose a score map above first.")
+# Gates are per (layer, head) of the model that generates: only maps of that shape are offered, and the page says
+# which maps were left out and why (a 32 x 32 released map cannot gate a 4-layer, 4-head organism).
+try_model = require_model(name, backend, key="ts_model", stop=False)
+all_maps = {**{f"released:{k}": v for k, v in released.items()}, **{f"model:{k}": v[0] for k, v in scored.items()}}
+if try_model is None:
+    st.info("Load a model in the sidebar to generate with gating.")
 else:
-    default_prompt = "ctx e1 v5 e7 v2 e3 v9 q e7 ans"
-    prompt = st.text_area("Prompt", default_prompt, key="ts_prompt")
-    c1, c2, c3, c4 = st.columns(4)
-    t_mode = c1.selectbox("mode", ["contrast", "normalize"], key="ts_try_mode")
-    t_alpha = c2.number_input("α", 0.0, 20.0, 2.0, step=0.1, key="ts_try_alpha")
-    t_site = c3.selectbox("site", list(GATE_SITES), key="ts_try_site")
-    t_new = c4.number_input("new tokens", 1, 64, 4, key="ts_try_new")
-    if st.button("Generate", key="ts_try_go"):
-        m = require_model(name, backend, key="ts_model")
-        try:
-            g = truth_gates(current, t_mode, t_alpha, n_layers=m.n_layers, n_heads=m.n_heads)
-            import warnings
+    want = (try_model.n_layers, try_model.n_heads)
+    fits = {k: v for k, v in all_maps.items() if tuple(v.scores.shape) == want}
+    left_out = sorted({f"{tuple(v.scores.shape)[0]}×{tuple(v.scores.shape)[1]}" for k, v in all_maps.items()
+                       if k not in fits})
+    if left_out:
+        st.caption(f"`{name}` has {want[0]} layers × {want[1]} heads, so only {want[0]}×{want[1]} score maps can gate "
+                   f"it; maps of shape {', '.join(left_out)} are not offered.")
+    if not fits:
+        st.info(f"No score map fits `{name}` yet: choose *Score a model (CtxMem)* in section 1 and press *Compute "
+                "Truth Scores* to score it, then come back here.")
+    else:
+        t_map = st.selectbox("Score map", list(fits), index=len(fits) - 1, key="ts_try_map")
+        default_prompt = "ctx e1 v5 e7 v2 e3 v9 q e7 ans"
+        prompt = st.text_area("Prompt", default_prompt, key="ts_prompt")
+        c1, c2, c3, c4 = st.columns(4)
+        t_mode = c1.selectbox("mode", ["contrast", "normalize"], key="ts_try_mode")
+        t_alpha = c2.number_input("α", 0.0, 20.0, 2.0, step=0.1, key="ts_try_alpha")
+        t_site = c3.selectbox("site", list(GATE_SITES), key="ts_try_site")
+        t_new = c4.number_input("new tokens", 1, 64, 4, key="ts_try_new")
+        if st.button("Generate", key="ts_try_go"):
+            try:
+                g = truth_gates(fits[t_map], t_mode, t_alpha, n_layers=want[0], n_heads=want[1])
+                import warnings
 
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                gate = HeadGate(g, site=t_site)
-            plain = m.generate(prompt, max_new_tokens=int(t_new))
-            gated = m.generate(prompt, max_new_tokens=int(t_new), edits=[gate])
-            a, b = st.columns(2)
-            a.markdown("**Without gating**")
-            a.code(plain.text[0] or "(empty)")
-            b.markdown(f"**With gating** ({t_mode}, α={t_alpha:g}, site {t_site})")
-            b.code(gated.text[0] or "(empty)")
-            st.caption(f"gates min {g.min():.3f}, max {g.max():.3f}; site {t_site}")
-        except InterplabError as e:
-            st.error(f"{e}")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    gate = HeadGate(g, site=t_site)
+                plain = try_model.generate(prompt, max_new_tokens=int(t_new))
+                gated = try_model.generate(prompt, max_new_tokens=int(t_new), edits=[gate])
+                a, b = st.columns(2)
+                a.markdown("**Without gating**")
+                a.code(plain.text[0] or "(empty)")
+                b.markdown(f"**With gating** ({t_map}, {t_mode}, α={t_alpha:g}, site {t_site})")
+                b.code(gated.text[0] or "(empty)")
+                st.caption(f"gates min {g.min():.3f}, max {g.max():.3f}; site {t_site}")
+            except InterplabError as e:
+                st.error(f"{e}")
 
 # ------------------------------------------------------------------------------------------------ validation
 st.header("6 · Validation: planted evidence heads")

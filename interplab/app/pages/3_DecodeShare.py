@@ -28,7 +28,8 @@ st.title("DecodeShare")
 st.caption("Residual states at generated tokens (KV-cached decode steps) share a small subspace across tasks "
            "(one pooled PCA + a per-task count of variance shares >= tau). Remove it on decode steps only and "
            "compare with prefill-estimated, random and budget-matched controls. Method: Shao et al., ICML 2026; "
-           "spec: methods/decodeshare.md.")
+           "docs: docs/decodeshare.md. Defaults are the `decodeshare` experiment's (middle layer, paper mode, "
+           "tau x k = 1).")
 
 with st.expander("Validation: a planted shared decode-time subspace (`validate-decodeshare`)"):
     # saved runs only, so this shows whatever model is picked below (the organism is built by the experiment)
@@ -53,7 +54,8 @@ with st.expander("Validation: a planted shared decode-time subspace (`validate-d
     else:
         st.caption("No saved validation runs: `interplab run validate-decodeshare` (about 30 s on CPU).")
 
-name, backend = model_picker("model")
+name, backend = model_picker("model", page="decodeshare", suggested="toy-chat",
+                             fits=lambda n: n.startswith("toy-"))
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
@@ -77,13 +79,15 @@ with st.sidebar:
     layer = int(st.number_input("Layer (resid_post)", 0, model.n_layers - 1, model.n_layers // 2, key="ds_layer"))
     tasks = st.multiselect("Tasks", list(ALL_TASKS), default=list(ALL_TASKS), key="ds_tasks")
     fmt = st.selectbox("Prompt format", ["auto", "raw", "chat"], key="ds_fmt")
-    n_calib = int(st.slider("Calibration prompts per task", 4, 128, 24, key="ds_ncalib"))
-    max_new = int(st.slider("Decode steps", 2, 32, 10, key="ds_maxnew"))
+    n_calib = int(st.slider("Calibration prompts per task", 4, 128, 32, key="ds_ncalib"))
+    max_new = int(st.slider("Decode steps", 2, 32, 12, key="ds_maxnew"))
     mode = st.selectbox("Estimator", ["paper", "repo"], key="ds_mode",
                         help="paper = Algorithm 1 (raw, task-centred, balanced); repo = the reference code "
                              "(z-scored PCA, strict threshold, back-mapped columns)")
     rho = float(st.slider("rho (kept variance)", 0.5, 0.999, 0.95, key="ds_rho"))
-    thr = st.radio("Threshold", ["tau", "tau x k"], horizontal=True, key="ds_thr",
+    # tau x k = 1 by default (as the `decodeshare` experiment): the literal tau = 1e-3 marks every component of a
+    # toy model as shared (|S| = k), which leaves the non-shared controls nothing to sample from.
+    thr = st.radio("Threshold", ["tau", "tau x k"], index=1, horizontal=True, key="ds_thr",
                    help="tau x k: the paper's dimensionless threshold (tau = 1e-3 at k ~ 3000 is ~3); at toy scale "
                         "tau = 1e-3 counts nearly every component as used by every task")
     if thr == "tau":

@@ -21,7 +21,7 @@ st.title("PCFG parse probes")
 st.caption("Exact grammar next-token distributions (inside / prefix probabilities) against a model trained on the "
            "grammar, and layer-wise probes of parse quantities. Spec: docs/pcfg.md.")
 
-name, backend = model_picker("model")
+name, backend = model_picker("model", page="pcfg", suggested="pcfg-L4", fits=lambda n: n.startswith("pcfg"))
 device, dtype = picked_device_dtype("model")
 model, model_err = state.try_get_model(name, backend=backend, device=device, dtype=dtype)
 
@@ -44,11 +44,19 @@ def _grammar_from_text(text: str) -> dict:
 
 # ------------------------------------------------------------------------------------------------ grammar picker
 org_g = _organism_grammar(model)
-sources = (["model's training grammar"] if org_g is not None else []) + sorted(EXAMPLES) + ["custom (edit rules)"]
+TRAINING = "model's training grammar"
+sources = ([TRAINING] if org_g is not None else []) + sorted(EXAMPLES) + ["custom (edit rules)"]
+# a newly picked PCFG organism brings its own grammar (grammar_of reads its grammar.json)
+if st.session_state.get("pcfg_grammar_for") != name:
+    st.session_state["pcfg_grammar_for"] = name
+    if org_g is not None:
+        st.session_state["pcfg_source"] = TRAINING
+if st.session_state.get("pcfg_source") not in sources:
+    st.session_state["pcfg_source"] = sources[0]
 with st.sidebar:
     st.subheader("Grammar")
     src = st.selectbox("Grammar", sources, key="pcfg_source")
-if src == "model's training grammar":
+if src == TRAINING:
     g = org_g
 elif src == "custom (edit rules)":
     default_text = EXAMPLES["toy-english"]().to_string()
@@ -77,10 +85,19 @@ if model is None:
             "`zoo:pcfg-L2`, `zoo:pcfg-L4`, `zoo:pcfg-L6`, `zoo:pcfg-rcnf-L4`.")
 else:
     vocab = model.tokenizer.get_vocab()
-    model_ok = all(t in vocab for t in g.terminals) and model.tokenizer.eos_token_id is not None
-    if not model_ok:
+    covers = all(t in vocab for t in g.terminals) and model.tokenizer.eos_token_id is not None
+    # Comparing a model with a grammar it was not trained on gives KLs of many nats that mean nothing: compare only
+    # with the organism's own grammar, or on request when the tokenizer at least covers the terminals.
+    model_ok = covers and src == TRAINING
+    if not covers:
         st.info(f"`{name}` was not trained on this grammar (its tokenizer lacks the terminals); model comparisons "
-                "are hidden. Pick a PCFG organism and its training grammar.")
+                "are hidden. Pick a PCFG organism (`zoo:pcfg-L4`): it brings its training grammar.")
+    elif not model_ok:
+        why = ("it has no `grammar.json`, so it was not trained on a PCFG" if org_g is None else
+               f"it was trained on its own grammar `{org_g.name}`, not on `{g.name}`")
+        st.info(f"Model comparisons are hidden: {why}, and a KL against a grammar the model never saw measures "
+                "nothing. Pick a PCFG organism (`zoo:pcfg-L4`) and its training grammar.")
+        model_ok = st.checkbox("Compare anyway", False, key="pcfg_compare_anyway")
 
 # ------------------------------------------------------------------------------------------------ sample + trees
 st.subheader("Sample a sentence")
@@ -209,7 +226,7 @@ try:
 except DyadicUndefinedError as e:
     dyadic_err = str(e)
 if dyadic_err is not None:
-    st.error(f"**Construction mirror unavailable for `{g.name}`.** {dyadic_err}")
+    st.info(f"The construction mirror does not apply to `{g.name}`: {dyadic_err}")
 elif not model_ok:
     st.info("The construction mirror needs a model trained on this grammar (e.g. `zoo:pcfg-L2`).")
 else:

@@ -138,6 +138,15 @@ with st.expander("Results table and last-layer eigen-spectrum", expanded=True):
     st.dataframe(df.round(4), hide_index=True, key="geo_table")
     show_figure(eigen_spectrum_figure(geo, name_a="A", name_b="B"), key="geo_spectrum")
 
+# Everything below generates text with both models (tens of seconds cold on 2 CPU cores): it runs on request, so the
+# page's first open shows the geometry within seconds.
+if not (st.button("Compute rank reordering, temperature control and generations", key="geo_more", type="primary")
+        or st.session_state.get("geo_more_done")):
+    st.info("Rank reordering, the entropy-matched temperature control and the side-by-side generations decode "
+            f"{int(n_prompts)} prompts × {int(new_tokens)} tokens with both models: press the button above.")
+    st.stop()
+st.session_state["geo_more_done"] = True
+
 st.subheader("Rank reordering")
 try:
     rr = _ranks(key, texts, int(n_prompts), int(new_tokens), int(context), int(max_tokens), _a=model_a, _b=model_b)

@@ -20,7 +20,7 @@ st.caption("Train sparse autoencoders with SAELens's trainer on FAST (one chat-t
            "predict assistant-answer tokens only, the tokens a chat model is trained on: on a chat organism the "
            "all-position numbers are dominated by prompt tokens it never learned to predict.")
 
-name, backend = model_picker("model")
+name, backend = model_picker("model", page="sae", suggested="toy-chat", fits=lambda n: n.endswith("chat"))
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
@@ -47,11 +47,47 @@ def _data(model_key: tuple, n_train: int, n_eval: int, _model=None):
     return sae_data(_model, n_train, n_eval, n_train, seed=0)
 
 
-def _runs(root: Path) -> list[Path]:
-    if not root.is_dir():
-        return []
-    return sorted([p for p in root.iterdir() if (p / "cfg.json").exists()], key=lambda p: p.stat().st_mtime,
-                  reverse=True)
+def _runs(root: Path) -> dict[str, Path]:
+    """{label: SAE directory}: the user's runs in `root` (newest first), then the SAEs shipped with the model."""
+    from interplab.zoo import shipped_saes
+
+    mine = sorted([p for p in root.iterdir() if (p / "cfg.json").exists()], key=lambda p: p.stat().st_mtime,
+                  reverse=True) if root.is_dir() else []
+    return {**{p.name: p for p in mine}, **{f"{p.name} (shipped with {name})": p for p in shipped_saes(name)}}
+
+
+PAIRS = (("delta_loss_pct", "Delta Loss (%): relative increase of the next-token loss with the SAE spliced in"),
+         ("ce_loss_score", "CE score: share of the zero-ablation loss gap the SAE recovers (1 = lossless)"),
+         ("kl_sae", "KL(clean ‖ with SAE), nats/token"),
+         ("ce_clean", "clean loss (nats/token) the relative numbers divide by"))
+
+
+def loss_pairs(row: dict) -> pd.DataFrame:
+    """The loss metrics measured on every position next to the same metrics on assistant-answer positions only."""
+    return pd.DataFrame([{"metric": label, "all positions": row.get(k), "assistant answers only": row.get(f"{k}_response")}
+                         for k, label in PAIRS if k in row])
+
+
+def disagreement(row: dict) -> str | None:
+    """One line saying why the all-position and answer-only numbers tell different stories (None if they agree)."""
+    d_all, d_resp = row.get("delta_loss_pct"), row.get("delta_loss_pct_response")
+    if d_all is None or d_resp is None:
+        return None
+    if abs(d_resp) <= max(10.0, 3 * abs(d_all)):
+        return None
+    ce = row.get("ce_clean_response", float("nan"))
+    return (f"They disagree because the clean loss on the answers is tiny ({ce:.2g} nats/token: the organism is "
+            "nearly certain of its answers), so a small absolute increase is a huge relative Delta Loss; the CE "
+            "score, which compares with zero-ablation, is the fairer answer-only number. The all-position numbers are "
+            "dominated by prompt tokens a chat model was never trained to predict.")
+
+
+def show_loss_metrics(row: dict, *, key: str) -> None:
+    st.markdown("**Loss metrics: all positions vs assistant answers only** (the `_response` columns)")
+    st.dataframe(loss_pairs(row), hide_index=True, key=key)
+    why = disagreement(row)
+    if why:
+        st.caption(why)
 
 
 tab_train, tab_compare, tab_gsnr = st.tabs(["Train", "Compare runs", "GSNR"])
@@ -102,9 +138,12 @@ with tab_train:
             row = metrics_row(model, out, data.eval, method=METHOD_LABELS[method], architecture=arch,
                               run=run_name)
             write_json(out / "metrics.json", row)
+            bar.progress(1.0, text=f"done: {int(steps)} steps trained and evaluated")
             st.success(f"Saved `{out}` (SAELens format: `sae_lens.SAE.load_from_disk('{out}')`).")
+            show_loss_metrics(row, key="sae_new_pairs")
             st.dataframe(pd.DataFrame([row]).drop(columns=["path"]), hide_index=True, key="sae_new_metrics")
         except InterplabError as e:
+            bar.empty()
             st.error(str(e))
 
 with tab_compare:
@@ -112,10 +151,10 @@ with tab_compare:
     if not runs:
         st.info(f"No SAE runs in `{root}` yet: train one in the Train tab.")
     else:
-        chosen = st.multiselect("Runs", [p.name for p in runs], default=[p.name for p in runs[:6]], key="sae_cmp")
+        chosen = st.multiselect("Runs", list(runs), default=list(runs)[:6], key="sae_cmp")
         rows, logs, dens = [], {}, {}
         for nm in chosen:
-            p = root / nm
+            p = runs[nm]
             mfile = p / "metrics.json"
             info = load_train_info(p)
             row = read_json(mfile) if mfile.exists() else {"method": info.get("method", "?"),
@@ -134,6 +173,10 @@ with tab_compare:
                                      "kl_sae", "delta_loss_pct_response", "ce_loss_score_response",
                                      "kl_sae_response", "train_tokens_per_s"] if c in df.columns]
             st.dataframe(df[show_cols], hide_index=True, key="sae_cmp_table")
+            if "delta_loss_pct_response" in df.columns:
+                st.caption("Columns without a suffix are measured on every position of the held-out dialogues; "
+                           "`_response` columns on the positions that predict assistant-answer tokens only. "
+                           + (disagreement(rows[0]) or ""))
             from interplab.figures.sae import density_histogram_figure, metrics_grid_figure, training_curves_figure
 
             if "log2_mse" in df.columns:
@@ -152,7 +195,7 @@ with tab_gsnr:
     if not runs:
         st.info("No runs yet.")
     else:
-        gruns = st.multiselect("Runs", [p.name for p in runs], default=[p.name for p in runs[:3]], key="sae_gsnr_runs")
+        gruns = st.multiselect("Runs", list(runs), default=list(runs)[:3], key="sae_gsnr_runs")
         src = st.selectbox("Data source", ["own method", "fast", "bt_f", "bt_p"], key="sae_gsnr_src")
         nb = st.number_input("Mini-batches", 2, 1000, value=16, key="sae_gsnr_nb")
         gb = st.number_input("Tokens per mini-batch (B)", 8, 4096, value=128, key="sae_gsnr_b")
@@ -164,7 +207,7 @@ with tab_gsnr:
             frames = []
             bar = st.progress(0.0)
             for i, nm in enumerate(gruns):
-                p = root / nm
+                p = runs[nm]
                 info = load_train_info(p)
                 sae = load_sae(p)
                 site = sae.cfg.metadata.get("interplab_site") or f"resid_post.{max(0, model.n_layers // 2 - 1)}"

@@ -17,7 +17,8 @@ st.title("Feature Browser")
 st.caption("Top-activating contexts are computed one dialogue per forward (FAST), so no context contains another "
            "sample's tokens. Pick any SAELens directory (cfg.json + sae_weights.safetensors).")
 
-name, backend = model_picker("model")
+name, backend = model_picker("model", page="features", suggested="toy-chat",
+                             fits=lambda n: n.endswith("chat"))
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 
@@ -26,12 +27,19 @@ from interplab.figures.sae import (context_html, feature_histogram_figure, logit
 from interplab.results.runs import interplab_home  # noqa: E402
 from interplab.sae import FeatureStats, feature_statistics, load_sae, sae_data, sae_site, steering_sweep  # noqa: E402
 
+from interplab.zoo import shipped_saes  # noqa: E402
+
 root = Path(st.session_state.get("sae_root", str(interplab_home() / "saes")))
 found = sorted([p for p in root.iterdir() if (p / "cfg.json").exists()], key=lambda p: p.stat().st_mtime,
                reverse=True) if root.is_dir() else []
-default_dir = st.session_state.get("fb_dir") or (str(found[0]) if found else "")
+# the organism's own shipped SAE first (so the page opens on something), then the user's trained runs
+shipped = shipped_saes(name)
+default_dir = st.session_state.get("fb_dir") or (str(shipped[0]) if shipped else str(found[0]) if found else "")
 sae_dir = st.text_input("SAE directory", value=default_dir, key="fb_dir_input",
                         placeholder="/path/to/sae (cfg.json + sae_weights.safetensors)")
+if shipped:
+    st.caption(f"Shipped with `{name}`: " + ", ".join(f"`{p}`" for p in shipped)
+               + " (recorded config: `run_config.json` in that folder).")
 if found:
     st.caption("Runs in " + f"`{root}`: " + ", ".join(f"`{p.name}`" for p in found[:8]))
 if not sae_dir.strip():
@@ -151,6 +159,14 @@ with s3:
     positions = st.selectbox("Positions", ["all", "template", "generated"], key="fb_positions")
 with s4:
     max_new = st.number_input("New tokens", 1, 256, value=16, key="fb_max_new")
+STEER_COLUMNS = (
+    "**alpha**: the multiple of the feature's decoder row W_dec[f] added at the SAE's site on the chosen positions "
+    "(0 = no steering). **text**: the greedy reply up to the end-of-turn token. **target_activation**: the feature's "
+    "mean activation over the *generated* tokens when the finished reply is re-run *without* steering, i.e. whether "
+    "the steered text itself evokes the feature. It is 0 when the feature never fires on those tokens (a JumpReLU "
+    "feature is exactly 0 below its threshold; steering changes which tokens are generated, not the clean read-out) "
+    "or when no token was generated. **repeated_3gram_frac**: share of the reply's 3-grams that repeat an earlier "
+    "one (degenerate loops).")
 if st.button("Generate", key="fb_generate"):
     if not prompt.strip():
         st.warning("Type a user message first.")
@@ -161,5 +177,6 @@ if st.button("Generate", key="fb_generate"):
                                  site=site)
             out = res.to_frame()[["alpha", "text", "target_activation", "repeated_3gram_frac"]]
             st.dataframe(out, hide_index=True, key="fb_steer_out")
+            st.caption(STEER_COLUMNS)
         except InterplabError as e:
             st.error(str(e))

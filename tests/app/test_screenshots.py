@@ -1,0 +1,157 @@
+"""Screenshot every page after its default action in headless Chromium and check layout facts in the DOM.
+
+Per page: no element sticks out of the 1280 px viewport horizontally, no plot title overlaps its plot area or is cut
+at the figure's edge, no legend sits on a plot area or a colourbar, and no error box or traceback is shown. The
+screenshots go to a temporary folder ($INTERPLAB_SCREENSHOT_DIR keeps them) so a person can look at them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.app.test_app_e2e import CHROMIUM, LAUNCH_ARGS, _free_port, _stop, _wait_healthy
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"needs the system Chromium at {CHROMIUM}"),
+]
+WIDTH, HEIGHT = 1280, 2400
+# (url path, the page's default action: the label of the button a newcomer presses first, or None)
+PAGES = [
+    ("", None),
+    ("Models", None),
+    ("Truth_Scores", None),
+    ("DecodeShare", None),
+    ("CRH", None),
+    ("PCFG", "Evaluate KL by position"),
+    ("Layer_Geometry", "Compute rank reordering, temperature control and generations"),
+    ("SAE_Training", None),
+    ("Feature_Browser", "Compute feature statistics"),
+]
+
+# Layout facts, measured in the browser. Plot areas are plotly's drag rectangles (one per cartesian subplot).
+LAYOUT_JS = """
+() => {
+  const W = window.innerWidth, out = [];
+  const box = e => e.getBoundingClientRect();
+  const hit = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  const main = document.querySelector('[data-testid="stMain"]') || document.body;
+  // content inside a scroll box (a data grid's canvas) that itself fits is not an overflow of the page
+  const clipped = e => {
+    for (let a = e.parentElement; a && a !== main; a = a.parentElement) {
+      const o = getComputedStyle(a).overflowX;
+      if (o !== 'visible' && box(a).right <= W + 1) return true;
+    }
+    return false;
+  };
+  for (const e of main.querySelectorAll('*')) {
+    const r = box(e);
+    if (r.width > 0 && r.right > W + 1 && getComputedStyle(e).position !== 'fixed' && !clipped(e)) {
+      out.push(`overflow: <${e.tagName.toLowerCase()} class="${(e.className && e.className.baseVal !== undefined)
+               ? e.className.baseVal : e.className}"> right edge ${Math.round(r.right)} > ${W}`);
+      break;
+    }
+  }
+  document.querySelectorAll('.js-plotly-plot').forEach((p, i) => {
+    const svg = p.querySelector('svg.main-svg');
+    if (!svg) return;
+    const s = box(svg);
+    const areas = [...p.querySelectorAll('.draglayer .nsewdrag')].map(box);
+    const title = p.querySelector('.g-gtitle .gtitle');
+    const name = title ? title.textContent.slice(0, 50) : `plot ${i}`;
+    if (title) {
+      const t = box(title);
+      if (t.left < s.left - 1 || t.right > s.right + 1 || t.top < s.top - 1)
+        out.push(`title cut at the figure edge: "${name}"`);
+      if (areas.some(a => hit(t, a))) out.push(`title overlaps the plot area: "${name}"`);
+    }
+    for (const a of p.querySelectorAll('.annotation-text-g')) {
+      const r = box(a);
+      if (r.width > 0 && (r.left < s.left - 1 || r.right > s.right + 1))
+        out.push(`annotation cut at the figure edge: "${a.textContent.slice(0, 50)}" in "${name}"`);
+    }
+    const legend = p.querySelector('.legend');
+    if (legend) {
+      const l = box(legend);
+      if (areas.some(a => hit(l, a))) out.push(`legend over the plot area: "${name}"`);
+      for (const c of p.querySelectorAll('.colorbar')) if (hit(l, box(c))) out.push(`legend over a colourbar: "${name}"`);
+    }
+  });
+  for (const e of document.querySelectorAll('[data-testid="stException"], [data-testid="stAlertContentError"]'))
+    out.push('error box: ' + e.innerText.slice(0, 200));
+  return out;
+}
+"""
+
+
+def _idle(page, timeout: float) -> None:
+    """Wait until the script run is over (Streamlit's script state 'notRunning', no spinner) for 2 s in a row."""
+    deadline, quiet_since = time.time() + timeout, None
+    while time.time() < deadline:
+        # stApp carries the script state; a run that has not started yet reads 'initial'
+        state = page.locator('[data-testid="stApp"]').first.get_attribute("data-test-script-state")
+        busy = state != "notRunning" or page.locator('.stSpinner, [data-testid="stSkeleton"]').count() > 0
+        if busy:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.time()
+        elif time.time() - quiet_since > 2.0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the page was still running after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("shots_home")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
+           "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "INTERPLAB_HOME": str(home)}
+    env.pop("INTERPLAB_DEFAULT_MODEL", None)
+    # the server must import this checkout's interplab, whatever the working directory
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "interplab.cli", "app", "--port", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(home))
+    try:
+        _wait_healthy(url, proc, timeout=120)
+        yield url
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def test_screenshots_of_every_page(server, tmp_path):
+    pw = pytest.importorskip("playwright.sync_api")
+    shots = Path(os.environ.get("INTERPLAB_SCREENSHOT_DIR") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+    problems = {}
+    with pw.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+            for path, action in PAGES:
+                page.goto(f"{server}/{path}", wait_until="domcontentloaded", timeout=120_000)
+                page.locator('[data-testid="stMain"]').wait_for(timeout=120_000)
+                time.sleep(1.0)
+                _idle(page, 600)
+                if action:
+                    page.get_by_role("button", name=action).click(timeout=60_000)
+                    time.sleep(1.0)
+                    _idle(page, 600)
+                page.wait_for_timeout(1500)  # plotly draws after the script run
+                page.screenshot(path=str(shots / f"{path or 'Home'}.png"), full_page=True)
+                found = page.evaluate(LAYOUT_JS)
+                if found:
+                    problems[path or "Home"] = found
+        finally:
+            browser.close()
+    assert len(list(shots.glob("*.png"))) == len(PAGES)
+    assert not problems, f"layout problems (screenshots in {shots}): {problems}"

@@ -29,22 +29,6 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 IDS_BASE = [[11, 42, 7, 301, 5, 99, 12], [8, 100, 77]]
 
-# Minimal settings of every method's main experiment ({m} = the model directory). Results are meaningless on
-# random weights; the point is that each runs end to end at real size.
-EXPERIMENTS = {
-    "next-token": ["model={m}", "prompt=w1 w2 w3 w4", "dtype={dtype}", "device={device}"],
-    "truth-scores": ["model={m}", "n_samples=16", "folds=2", "epochs=5", "ablation=false"],
-    "decodeshare": ["model={m}", "dtype={dtype}", "n_calib=4", "n_eval=4", "calib_max_new_tokens=4",
-                    "eval_max_new_tokens=4", "null_perm_B=10", "null_rot_B=2", "n_boot=50", "batch_size=4"],
-    "crh-toy": ["model={m}", "n_train=8", "n_test=4", "n_strengths=2", "n_perm=10", "max_new_tokens=4",
-                "max_rows=32"],
-    "hyperfit-geometry": ["base={m}", "n_prompts=4", "context_tokens=8", "new_tokens=8", "n_texts=8",
-                          "batch_size=4", "max_tokens=16"],
-    "sae-train": ["model={m}", "site=resid_post.1", "steps=5", "n_train=16", "n_eval=8", "batch_tokens=32",
-                  "context_size=16"],
-}
-
-
 def pick_model(max_params: float):
     """(config name, n_params) of the largest committed config whose bf16 weights fit a third of free memory."""
     import torch
@@ -201,13 +185,13 @@ def main(argv=None) -> int:
                     "checkpoint directory")
     ap.add_argument("--max-params", type=float, default=3e9, help="upper bound for the automatic choice")
     ap.add_argument("--bench", default="hook_layer", help="comma-separated benchmark groups ('' for none)")
-    ap.add_argument("--experiments", default=",".join(EXPERIMENTS), help="comma-separated experiment names")
+    ap.add_argument("--experiments", default="all", help="comma-separated experiment names (default: all)")
     ap.add_argument("--budget", type=float, default=540.0, help="seconds for the whole check")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     import torch
 
-    from interplab.testing import real_size_checkpoint
+    from interplab.testing import SMOKE_EXPERIMENTS, real_size_checkpoint, smoke_experiment_args
 
     gpu = torch.cuda.is_available()
     if gpu:
@@ -227,9 +211,10 @@ def main(argv=None) -> int:
         py = [sys.executable]
         cli = py + ["-c", "import sys; from interplab.cli import main; sys.exit(main())", "run"]
         cmds = [(f"bench {g}", py + ["-m", "benchmarks.harness", g]) for g in filter(None, args.bench.split(","))]
-        for e in filter(None, args.experiments.split(",")):
-            sets = [s.format(m=path, dtype=dtype, device=device) for s in EXPERIMENTS[e]]
-            cmds.append((f"experiment {e}", cli + [e, "--out", tmp] + [a for s in sets for a in ("--set", s)]))
+        names = list(SMOKE_EXPERIMENTS) if args.experiments == "all" else [e for e in args.experiments.split(",") if e]
+        for e in names:
+            cmds.append((f"experiment {e}", cli + [e, "--out", tmp] + smoke_experiment_args(e, path, dtype=dtype,
+                                                                                          device=device)))
         if args.dry_run or not gpu:
             for label, cmd in cmds:
                 rows.append((label, "planned", 0.0, " ".join(cmd[:1] + cmd[3:] if "-c" in cmd else cmd)[:150]))

@@ -262,9 +262,16 @@ def _lab_model(hf, tok, backend: str, *, name: str, path: str | None, device, dt
         attn = getattr(hf.config, "_attn_implementation", None)
         dispatched = bool(getattr(hf, "hf_device_map", None))
         # A dispatched model is passed as it is (accelerate placed it); the bridge then reads devices from it.
-        bridge = TransformerBridge.boot_transformers(path or name, device=None if dispatched else str(device),
-                                                     dtype=dtype, hf_model=hf, tokenizer=bridge_tokenizer or tok,
-                                                     trust_remote_code=trust_remote_code)
+        try:
+            bridge = TransformerBridge.boot_transformers(path or name, device=None if dispatched else str(device),
+                                                         dtype=dtype, hf_model=hf, tokenizer=bridge_tokenizer or tok,
+                                                         trust_remote_code=trust_remote_code)
+        except ValueError as e:
+            if not dispatched:
+                raise
+            # e.g. a map mixing CPU and GPU targets (accelerate CPU offload), which TL 3.9 refuses
+            raise ConfigError(f"TransformerBridge cannot run this device_map ({e}); use backend='nnsight', which "
+                              "runs any accelerate placement including CPU/disk offload") from None
         bridge.eval()
         if attn and attn != "eager" and attn_implementation != "eager":
             hf.set_attn_implementation(attn)  # the bridge forces eager; LabModel switches per forward instead

@@ -130,7 +130,10 @@ class NNsightBackend:
         if stop:
             return ForwardResult(None, captures, None)
         kv = getattr(out, "past_key_values", None) if req.use_cache else None
-        return ForwardResult(out.logits if req.need_logits else None, captures, kv)
+        logits = out.logits if req.need_logits else None
+        if logits is not None and not req.grad:
+            logits = logits.detach()  # grad mode is thread-local; a remote engine's forward may have kept a graph
+        return ForwardResult(logits, captures, kv)
 
     def generate_session(self, prefill: ForwardRequest, steps: list[tuple[dict, list]], *, greedy: bool,
                          temperature: float, seed, stop_ids: torch.Tensor, stop_at_eos: bool, pad_id: int):

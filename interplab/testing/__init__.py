@@ -142,7 +142,7 @@ SMOKE_EXPERIMENTS = {
                     "eval_max_new_tokens=4", "null_perm_B=10", "null_rot_B=2", "n_boot=50", "batch_size=4"],
     "crh-toy": ["model={m}", "n_train=8", "n_test=4", "n_strengths=2", "n_perm=10", "max_new_tokens=4",
                 "max_rows=32"],
-    "hyperfit-geometry": ["base={m}", "n_prompts=4", "context_tokens=8", "new_tokens=8", "n_texts=8",
+    "hyperfit-geometry": ["base={m}", "targets={m}", "n_prompts=4", "context_tokens=8", "new_tokens=8", "n_texts=8",
                           "batch_size=4", "max_tokens=16"],
     "sae-train": ["model={m}", "site=resid_post.1", "steps=5", "n_train=16", "n_eval=8", "batch_tokens=32",
                   "context_size=16"],

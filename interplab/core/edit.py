@@ -10,7 +10,7 @@ from typing import Callable, Sequence, Union
 
 import torch
 
-from interplab.core.errors import InputError, ShapeError
+from interplab.core.errors import InputError, RemoteError, ShapeError
 
 PHASES = ("prefill", "decode")
 PositionSpec = Union[str, int, Sequence[int], Callable[["StepContext"], torch.Tensor]]
@@ -33,6 +33,15 @@ class StepContext:
     positions: torch.Tensor
     prompt_lengths: torch.Tensor
     real: torch.Tensor
+
+    def to(self, device) -> "StepContext":
+        """This context with its tensors on `device` (itself when they are there already): an edit inside a layer
+        placed on another device by a `device_map` sees masks on its activation's device."""
+        device = torch.device(device)
+        if self.positions.device == device:
+            return self
+        return StepContext(self.phase, self.step, self.positions.to(device), self.prompt_lengths.to(device),
+                           self.real.to(device))
 
     def position_phase_mask(self, phases: Sequence[str]) -> torch.Tensor:
         """[b, p] True where a column belongs to one of `phases`: prompt tokens are prefill, generated tokens decode.
@@ -160,6 +169,7 @@ class Edit:
     def __call__(self, site: str, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         if self.is_noop():
             return x
+        ctx = ctx.to(x.device)
         mask = ctx.real & ctx.position_phase_mask(self.phases) & ctx.mask(self.positions)
         if not bool(mask.any()):
             return x
@@ -172,3 +182,41 @@ class Edit:
         bad = [p for p in self.phases if p not in PHASES]
         if bad or not self.phases:
             raise InputError(f"{type(self).__name__}: phases must be a non-empty subset of {PHASES}, got {self.phases}")
+
+    # ------------------------------------------------------------------ remote engines
+    def remote_apply(self, site: str, ctx: StepContext):
+        """A closure `x -> edited x` over the whole activation, built from torch operations and tensors only (no
+        interplab names), or None when this edit cannot run on a remote engine.
+
+        A remote engine (nnsight `remote=True` / `remote="local"`) runs the forward where interplab is not
+        installed; nnsight's serializer ships closures by value together with the tensors they hold. Everything the
+        edit needs from `ctx` must be read here (on the client) and captured in the closure. Built-in edits
+        override this; a user subclass that does not raises `RemoteError` when used remotely."""
+        return None
+
+    def remote_op(self, site: str, ctx: StepContext):
+        """The remote form of `__call__` for one forward: None (nothing to do) or a self-contained closure
+        `x -> x'` that applies `remote_apply` at the real tokens of the selected phases and positions only."""
+        if self.is_noop():
+            return None
+        mask = ctx.real & ctx.position_phase_mask(self.phases) & ctx.mask(self.positions)
+        if not bool(mask.any()):
+            return None
+        op = self.remote_apply(site, ctx)
+        if op is None:
+            raise RemoteError(f"{type(self).__name__} cannot run on a remote engine: it does not provide "
+                              "remote_apply(site, ctx) (a closure of torch operations the remote server can run "
+                              "without interplab). Run it locally (remote=False) or implement remote_apply.")
+        if bool(mask.all()):
+            return op
+        kind = site.rpartition(".")[0] or site
+        m = mask[:, None, :, None] if kind == "attn_pattern" else (
+            mask[:, :, None, None] if kind == "attn_z" else mask[:, :, None])
+        return _masked(op, m.cpu())
+
+
+def _masked(op, m: torch.Tensor):
+    # A nested function is pickled by value (cloudpickle cannot import it by name), with its cells: op and m.
+    def masked(x):
+        return torch.where(m.to(x.device), op(x), x)
+    return masked

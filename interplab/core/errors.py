@@ -44,3 +44,8 @@ class MissingDependencyError(InterplabError, ImportError):
 
 class ResultsError(InterplabError):
     """A run directory is missing, incomplete or would be overwritten."""
+
+
+class RemoteError(InterplabError):
+    """Something cannot run on a remote engine (nnsight `remote=True` / `remote="local"`): gradients, an edit that
+    cannot be shipped as plain torch operations, or an option the remote path does not support."""

@@ -106,10 +106,18 @@ def run_hyperfit_geometry(cfg: GeometryConfig, run) -> None:
                                                     "cos", "l2"]]
     run.save_table("delta_dim_last_block", last)
     for name, res in report.main.items():
-        run.save_result(f"geometry_{name}", res)
-        save_figure(run, f"pr_by_layer_{name}", pr_by_layer_figure(res, name_a="base", name_b=name))
-        save_figure(run, f"cos_l2_{name}", cos_l2_figure(res))
-        save_figure(run, f"spectrum_{name}", eigen_spectrum_figure(res, name_a="base", name_b=name))
+        tag = _artifact_tag(name)  # a target may be a checkpoint path; artifact names take no slashes
+        run.save_result(f"geometry_{tag}", res)
+        save_figure(run, f"pr_by_layer_{tag}", pr_by_layer_figure(res, name_a="base", name_b=name))
+        save_figure(run, f"cos_l2_{tag}", cos_l2_figure(res))
+        save_figure(run, f"spectrum_{tag}", eigen_spectrum_figure(res, name_a="base", name_b=name))
+
+
+def _artifact_tag(name: str) -> str:
+    import re
+
+    tag = re.sub(r"[^A-Za-z0-9._+=-]+", "_", name.rstrip("/").rsplit("/", 1)[-1].replace("zoo:", ""))
+    return tag.lstrip(".-") or "target"
 
 
 @dataclass

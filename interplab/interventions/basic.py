@@ -44,6 +44,16 @@ class Steer(Edit):
         raise ShapeError(f"Steer at {site}: vector shape {tuple(v.shape)} fits neither the site's trailing shape "
                          f"{tuple(trail)} nor [batch={x.shape[0]}, *{tuple(trail)}]")
 
+    def remote_apply(self, site, ctx):
+        v, scale = self.vector.detach().cpu(), self.scale
+
+        def steer(x):
+            vv = v.to(device=x.device, dtype=x.dtype)
+            if vv.ndim == x.ndim - 2:
+                return x + scale * vv
+            return x + scale * vv.reshape(vv.shape[0], 1, *vv.shape[1:])
+        return steer
+
     def __repr__(self):
         return (f"Steer(site={self.sites[0]!r}, vector={_vec_repr(self.vector)}, positions={self.positions!r}, "
                 f"scale={self.scale}, phases={self.phases})")
@@ -92,6 +102,23 @@ class Ablate(Edit):
         shape = [1] * x.ndim
         shape[head_axis] = n
         return torch.where(sel.reshape(shape), repl, x)
+
+    def remote_apply(self, site, ctx):
+        value = None if self.value is None else self.value.detach().cpu()
+        heads = None if self.heads is None else list(self.heads)
+        head_axis = 1 if site.startswith("attn_pattern") else 2
+
+        def ablate(x):
+            repl = torch.zeros_like(x) if value is None else torch.broadcast_to(
+                value.to(device=x.device, dtype=x.dtype), x.shape)
+            if heads is None:
+                return repl
+            sel = torch.zeros(x.shape[head_axis], dtype=torch.bool, device=x.device)
+            sel[heads] = True
+            shape = [1] * x.ndim
+            shape[head_axis] = x.shape[head_axis]
+            return torch.where(sel.reshape(shape), repl, x)
+        return ablate
 
     def __repr__(self):
         val = "zero" if self.value is None else _vec_repr(self.value)
@@ -147,6 +174,21 @@ class Patch(Edit):
             sel[self.heads] = True
             keep = keep & sel.reshape(1, 1, n, *([1] * (x.ndim - 3)))
         return torch.where(keep, gathered, x)
+
+    def remote_apply(self, site, ctx):
+        source, pos = self.source.detach().cpu(), ctx.positions.clamp(min=0).cpu()
+
+        def patch(x):
+            src = source.to(device=x.device, dtype=x.dtype)
+            if src.ndim == x.ndim - 1:
+                src = src.unsqueeze(0).expand(x.shape[0], *src.shape)
+            p = pos.to(x.device)
+            n_pos = src.shape[1]
+            idx = p.clamp(max=n_pos - 1)
+            idx = idx.reshape(*idx.shape, *([1] * (x.ndim - 2))).expand(*idx.shape, *x.shape[2:])
+            keep = (p < n_pos).reshape(*p.shape, *([1] * (x.ndim - 2)))
+            return torch.where(keep, torch.gather(src, 1, idx), x)
+        return patch
 
     def __repr__(self):
         heads = "" if self.heads is None else f", heads={self.heads}"

@@ -154,6 +154,18 @@ class HeadGate(Edit):
             raise ShapeError(f"HeadGate attn_out_chunks at {site}: d_model={d} is not divisible by n_heads={H}")
         return (x.reshape(*x.shape[:-1], H, d // H) * g[:, None]).reshape(x.shape)
 
+    def remote_apply(self, site, ctx):
+        g = self._gate(int(site.rsplit(".", 1)[1]), "cpu", torch.float64)
+        chunks = self.site != "z"
+
+        def gate(x):
+            gg = g.to(device=x.device, dtype=x.dtype)
+            if not chunks:
+                return x * gg[:, None]
+            H = gg.shape[0]
+            return (x.reshape(*x.shape[:-1], H, x.shape[-1] // H) * gg[:, None]).reshape(x.shape)
+        return gate
+
     def describe(self) -> dict:
         return {"gate_site": self.site, "phases": list(self.phases), **gate_summary(self.gates)}
 

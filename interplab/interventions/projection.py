@@ -131,6 +131,17 @@ class SubspaceProjection(SubspaceEdit):
         h = x.to(cdt)
         return (h - self.alpha * (h @ q) @ q.T).to(x.dtype)
 
+    def remote_apply(self, site, ctx):
+        # The budget counters need the activation, which stays on the remote engine: they are not updated there.
+        Q, alpha = self.Q.detach().cpu(), self.alpha
+
+        def project(x):
+            cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+            q = Q.to(device=x.device, dtype=cdt)
+            h = x.to(cdt)
+            return (h - alpha * (h @ q) @ q.T).to(x.dtype)
+        return project
+
     def removed_energy(self, h) -> torch.Tensor:
         """||h - h~||^2 = alpha^2 ||Q^T h||^2 per row of h [..., d] (the energy this edit removes)."""
         h = torch.as_tensor(h).to(torch.float64)
@@ -197,6 +208,9 @@ class _TeacherForced(Edit):
         if isinstance(self.inner, SubspaceProjection) and not self.is_noop():
             self.inner._count(x, ctx.real & self.positions(ctx))
         return super().__call__(site, x, ctx)
+
+    def remote_apply(self, site, ctx):
+        return self.inner.remote_apply(site, ctx)
 
     def __repr__(self):
         return f"teacher_forced({self.inner!r})"

@@ -2,13 +2,14 @@
 once; backends only run single forwards."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from typing import Any, Iterable, Sequence
 
 import torch
 
-from interplab.core.errors import InputError
+from interplab.core.errors import InputError, RemoteError
 from interplab.core.edit import Edit, ModelShape, StepContext
 from interplab.models import weights
 from interplab.models.backends.base import ForwardRequest
@@ -24,7 +25,7 @@ class LabModel:
     ModelShape every edit is validated against), n_ctx, tokenizer, hf_model (the transformers module), name,
     backend, device, dtype."""
 
-    def __init__(self, backend_impl, tokenizer, *, name: str, path: str | None = None):
+    def __init__(self, backend_impl, tokenizer, *, name: str, path: str | None = None, output_device="cpu"):
         self._impl = backend_impl
         self.tokenizer = tokenizer
         self.hf_model = backend_impl.hf_model
@@ -40,7 +41,12 @@ class LabModel:
         self.d_vocab = int(cfg.vocab_size)
         self.n_ctx = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", 2048))
         p = next(self.hf_model.parameters())
-        self.device, self.dtype = p.device, p.dtype
+        # Inputs go where the embedding is (the first device of a device_map); a remote model's local copy lives
+        # on the meta device, so its inputs are built on the CPU and shipped.
+        self.device = p.device if p.device.type != "meta" else torch.device("cpu")
+        self.dtype = p.dtype
+        # Where run/generate return captures (None: wherever the site's layer ran).
+        self.output_device = torch.device(output_device) if output_device is not None else None
         self.eos_token_id = tokenizer.eos_token_id
         self.stop_token_ids = _stop_ids(tokenizer, self.hf_model)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -155,9 +161,40 @@ class LabModel:
             pass
 
     # ----------------------------------------------------------------- forward passes
+    @property
+    def remote(self):
+        """False, True (NDIF) or "local" (nnsight's local simulation of remote execution)."""
+        return getattr(self._impl, "remote", False)
+
+    @property
+    def attn_implementation(self) -> str | None:
+        """The attention implementation forwards use (eager is switched on only for forwards that touch
+        attn_pattern)."""
+        return getattr(self.hf_model.config, "_attn_implementation", None)
+
     def _forward(self, req: ForwardRequest):
-        with self._forward_lock:
+        with self._forward_lock, self._eager_if_pattern(req):
             return self._impl.forward(req)
+
+    @contextlib.contextmanager
+    def _eager_if_pattern(self, req: ForwardRequest):
+        """SDPA (or the model's default) unless this forward captures or edits attn_pattern: then eager attention,
+        which is the only implementation that materialises the pattern, for this forward only."""
+        impl = self.attn_implementation
+        touches = any(s.kind == "attn_pattern" for s in (*req.capture, *req.edits))
+        if not touches or impl in (None, "eager") or self.remote:
+            yield
+            return
+        self.hf_model.set_attn_implementation("eager")
+        try:
+            yield
+        finally:
+            self.hf_model.set_attn_implementation(impl)
+
+    def _out(self, captures: dict) -> dict:
+        if self.output_device is None:
+            return captures
+        return {k: v.to(self.output_device) for k, v in captures.items()}
 
     def run(self, inputs: Any, capture: Sequence[str] | str = (), edits: Sequence[Edit] | None = None,
             *, logits: bool = True, grad: bool = False) -> RunOutput:
@@ -174,7 +211,7 @@ class LabModel:
         req = ForwardRequest(batch.input_ids, batch.attention_mask, batch.position_ids, ctx, sites,
                              self._edits_by_site(edits, _has_padding(batch)), need_logits=logits, grad=grad)
         res = self._forward(req)
-        return RunOutput(res.logits, Cache(res.captures, batch), batch)
+        return RunOutput(res.logits, Cache(self._out(res.captures), batch), batch)
 
     @torch.no_grad()
     def generate(self, inputs: Any, max_new_tokens: int = 16, edits: Sequence[Edit] | None = None,
@@ -196,6 +233,10 @@ class LabModel:
                              f"the model's context of {self.n_ctx} tokens")
         sites = parse_sites(capture, self.n_layers) if capture else []
         edit_map = self._edits_by_site(edits, _has_padding(batch))
+        if self.remote:
+            return self._generate_remote(batch, sites, edit_map, max_new_tokens, greedy=greedy,
+                                         temperature=temperature, seed=seed, stop_at_eos=stop_at_eos,
+                                         use_cache=use_cache, return_logits=return_logits)
         gen = torch.Generator(device="cpu")
         if seed is not None:
             gen.manual_seed(seed)
@@ -211,7 +252,7 @@ class LabModel:
         active = torch.ones(b, dtype=torch.bool, device=ids.device)
         ctx = StepContext("prefill", -1, pos, plen, mask.bool())
         res = self._forward(ForwardRequest(ids, mask, pos, ctx, sites, edit_map, use_cache=use_cache))
-        prefill_cache = Cache(res.captures, batch)
+        prefill_cache = Cache(self._out(res.captures), batch)
         kv = res.kv
         last_logits = res.logits[:, -1]
         new_cols, logit_steps, actives = [], [], []
@@ -250,8 +291,12 @@ class LabModel:
                 last_logits = res.logits[:, -1]
                 for s in sites:
                     step_caps[s.name].append(_last_col(res.captures[s.name], s))
-        new = torch.stack(new_cols, 1)
-        tokens = torch.cat([batch.input_ids, new], 1)
+        return self._finish(batch, torch.stack(new_cols, 1), logit_steps, actives, prefill_cache, step_caps,
+                            stop_at_eos)
+
+    def _finish(self, batch, new, logit_steps, actives, prefill_cache, step_caps, stop_at_eos) -> GenerateOutput:
+        b = batch.input_ids.shape[0]
+        tokens = torch.cat([batch.input_ids, new.to(batch.input_ids.device)], 1)
         new_lists = []
         stop = set(self.stop_token_ids.tolist())
         for i in range(b):
@@ -264,12 +309,41 @@ class LabModel:
         text = [self.tokenizer.decode([t for t in r if t not in stop], skip_special_tokens=False).strip()
                 for r in new_lists]
         # attn_pattern keys grow every step, so its decode captures stay a list of [b, h, 1, k_t]
+        step_caps = {k: [self._out({k: x})[k] for x in v] for k, v in step_caps.items()}
         decode_cache = {k: (v if k.startswith("attn_pattern") else torch.cat(v, 1)) if v else torch.zeros(0)
                         for k, v in step_caps.items()}
         decode_active = torch.stack(actives, 1) if actives else torch.zeros(b, 0, dtype=torch.bool)
         return GenerateOutput(tokens=tokens, new_tokens=new_lists, text=text, batch=batch,
                               prefill_cache=prefill_cache, decode_cache=decode_cache, decode_active=decode_active,
                               step_logits=torch.stack(logit_steps, 1) if logit_steps else None)
+
+    def _generate_remote(self, batch, sites, edit_map, max_new_tokens, *, greedy, temperature, seed, stop_at_eos,
+                         use_cache, return_logits) -> GenerateOutput:
+        """The KV-cached loop as one nnsight session: every decode step's edit closures are built here up front
+        from its StepContext (positions are known in advance; rows are treated as generating until the end, so a
+        row that already stopped may still be edited, which changes none of its kept tokens)."""
+        if not use_cache:
+            raise RemoteError("remote generation runs the KV-cached loop only; drop use_cache=False")
+        ids, mask, pos, plen = batch.input_ids, batch.attention_mask, batch.position_ids, batch.lengths
+        b = ids.shape[0]
+        pre = ForwardRequest(ids, mask, pos, StepContext("prefill", -1, pos, plen, mask.bool()), sites, edit_map,
+                             use_cache=True)
+        steps = []
+        for step in range(max_new_tokens - 1):
+            new_pos = (plen + step)[:, None]
+            ctx = StepContext("decode", step, new_pos, plen, torch.ones(b, 1, dtype=torch.bool, device=ids.device))
+            width = ids.shape[1] + step + 1
+            req = ForwardRequest(ids[:, :1], torch.ones(b, width, dtype=mask.dtype), new_pos, ctx, sites, edit_map,
+                                 use_cache=True)
+            steps.append((new_pos, self._impl.plan(req)))
+        with self._forward_lock:
+            pre_caps, new, logits, step_caps, actives = self._impl.generate_session(
+                pre, steps, greedy=greedy, temperature=temperature, seed=seed, stop_ids=self.stop_token_ids,
+                stop_at_eos=stop_at_eos, pad_id=self.pad_token_id)
+        caps = {s.name: [c[s.name] for c in step_caps] for s in sites}
+        logit_steps = list(logits.unbind(1)) if return_logits else []
+        return self._finish(batch, new, logit_steps, list(actives), Cache(self._out(pre_caps), batch), caps,
+                            stop_at_eos)
 
 
 def _stop_ids(tokenizer, hf_model) -> torch.Tensor:
@@ -290,10 +364,18 @@ class _PadNaNGuard(Edit):
     layer's pattern @ V that NaN would reach real tokens. Real positions are never touched."""
 
     def __call__(self, site, x, ctx):
-        pad = ~ctx.real
+        pad = ~ctx.to(x.device).real
         if not bool(pad.any()):
             return x
         return torch.where(pad[..., None] & ~torch.isfinite(x), torch.zeros((), dtype=x.dtype, device=x.device), x)
+
+    def remote_apply(self, site, ctx):
+        pad = (~ctx.real).cpu()
+
+        def guard(x):
+            p = pad.to(x.device)[..., None]
+            return torch.where(p & ~torch.isfinite(x), torch.zeros((), dtype=x.dtype, device=x.device), x)
+        return guard
 
     def __repr__(self):
         return "_PadNaNGuard()"

@@ -10,26 +10,35 @@ import json
 import os
 from pathlib import Path
 
-from interplab.core.errors import CheckpointError, InputError, ModelNotFoundError
+from interplab.core.errors import CheckpointError, ConfigError, InputError, ModelNotFoundError
 from interplab.models.checkpoints import validate_checkpoint
 
 # Name resolution runs before torch is imported (a cold torch import alone takes seconds here), so a bad name
 # fails fast.
 BACKENDS = ("bridge", "nnsight")
-_DTYPES = ("float32", "fp32", "float16", "fp16", "bfloat16", "bf16", "float64")
+_DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16", "half": "float16",
+           "bfloat16": "bfloat16", "bf16": "bfloat16", "float64": "float64"}
+REMOTE_MODES = (False, True, "local")
 
 
 def resolve_dtype(dtype):
+    """None -> float32; a torch floating dtype; "auto" (the checkpoint's own dtype, returned as the string "auto");
+    or one of "float32"/"float16"/"bfloat16"/"float64" (and their short forms). Anything else is a ConfigError."""
     import torch
 
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ConfigError(f"dtype must be a floating-point dtype, got {dtype}")
         return dtype
-    name = str(dtype).replace("torch.", "")
+    name = str(dtype).replace("torch.", "").lower()
+    if name == "auto":
+        return "auto"
     if name not in _DTYPES:
-        raise InputError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}")
-    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}.get(name) or getattr(torch, name)
+        raise ConfigError(f"unknown dtype {dtype!r}; use a torch dtype or one of "
+                          "'auto', 'bfloat16', 'float16', 'float32' (or 'float64')")
+    return getattr(torch, _DTYPES[name])
 
 
 def resolve_device(device):
@@ -116,27 +125,93 @@ def load_tokenizer(path: Path):
     return tok
 
 
-def load_hf_model(path: Path, *, device, dtype, trust_remote_code: bool = False):
+def load_hf_model(path: Path, *, device, dtype, trust_remote_code: bool = False, device_map=None,
+                  max_memory=None, offload_folder=None, attn_implementation: str = "auto"):
+    """The transformers model, on `device` or dispatched by accelerate over `device_map` (with `max_memory` and
+    `offload_folder` for "disk" targets). attn_implementation="auto" keeps the model's default (SDPA where
+    supported); LabModel switches to eager only for forwards that touch attn_pattern."""
     from transformers import AutoModelForCausalLM
 
+    import torch
+
+    kw = dict(dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code)
+    if attn_implementation == "auto" and dtype == torch.float64:
+        # float64 is for exact-parity work; SDPA's float64 path differs from eager by ~1e-6 (measured on the
+        # test models), which would hide the 1e-9 agreement the two backends have in eager.
+        attn_implementation = "eager"
+    if attn_implementation != "auto":
+        kw["attn_implementation"] = attn_implementation
+    if device_map is not None:
+        kw.update(device_map=device_map, max_memory=max_memory, offload_folder=offload_folder)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="eager",
-                                                     use_safetensors=True, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(str(path), **kw)
     except Exception as e:
         raise CheckpointError(f"could not load weights from {path} ({type(e).__name__}: {e})") from None
-    return model.to(device).eval()
+    return (model if device_map is not None else model.to(device)).eval()
 
 
-def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *, trust_remote_code: bool = False):
-    """Load a model as a `LabModel` on the chosen backend ("bridge" = TransformerBridge, "nnsight")."""
+def _check_placement(backend: str, device_map, max_memory, offload_folder, remote) -> None:
+    if remote not in REMOTE_MODES:
+        raise ConfigError(f"remote must be False, True (NDIF) or 'local' (nnsight's local simulation), got {remote!r}")
+    if remote and backend != "nnsight":
+        raise ConfigError("remote execution runs through nnsight: load_model(..., backend='nnsight', remote=...)")
+    if remote and device_map is not None:
+        raise ConfigError("remote=... places the model on the remote engine; drop device_map")
+    if device_map is None and (max_memory is not None or offload_folder is not None):
+        raise ConfigError("max_memory / offload_folder only apply together with device_map (e.g. device_map='auto')")
+    if backend == "bridge" and device_map is not None:
+        targets = set(device_map.values()) if isinstance(device_map, dict) else set()
+        if {str(t).lower() for t in targets} & {"disk", "meta"}:
+            raise ConfigError("TransformerLens's TransformerBridge cannot run layers offloaded to 'disk' (wrapped "
+                              "components bypass accelerate's offload hooks); use backend='nnsight' for disk "
+                              "offload, or a device_map of GPUs/CPU only")
+
+
+def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *, device_map=None,
+               max_memory=None, offload_folder=None, attn_implementation: str = "auto", remote=False,
+               output_device="cpu", trust_remote_code: bool = False):
+    """Load a model as a `LabModel` on the chosen backend ("bridge" = TransformerBridge, "nnsight").
+
+    dtype: None (float32), a torch dtype, "auto" (the checkpoint's) or "bfloat16"/"float16"/"float32".
+    device_map / max_memory / offload_folder: accelerate dispatch exactly as `from_pretrained` takes them
+        ("auto", "balanced", or a {module: device} dict; "disk" targets need the nnsight backend).
+    attn_implementation: "auto" (the model's default, usually SDPA; eager only for forwards that capture or edit
+        attn_pattern), or a fixed implementation such as "eager".
+    remote: nnsight only. True runs every forward on NDIF (hub ids; API key from nnsight's own config), "local"
+        runs nnsight's local simulation of it (serialize, hide interplab, deserialize, run here).
+    output_device: where `run`/`generate` return captures (default CPU)."""
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}; use one of {BACKENDS}")
+    _check_placement(backend, device_map, max_memory, offload_folder, remote)
+    if remote is True:
+        return _remote_model(name_or_path, dtype=resolve_dtype(dtype), output_device=output_device)
     display, path = resolve_checkpoint(name_or_path)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     tok = load_tokenizer(path)
-    hf = load_hf_model(path, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-    return _lab_model(hf, tok, backend, name=display, path=str(path), device=device, dtype=dtype,
-                      trust_remote_code=trust_remote_code)
+    hf = load_hf_model(path, device=device, dtype=dtype, trust_remote_code=trust_remote_code, device_map=device_map,
+                       max_memory=max_memory, offload_folder=offload_folder,
+                       attn_implementation=attn_implementation)
+    return _lab_model(hf, tok, backend, name=display, path=str(path), device=device, dtype=hf.dtype,
+                      trust_remote_code=trust_remote_code, remote=remote, output_device=output_device,
+                      attn_implementation=attn_implementation)
+
+
+def _remote_model(hub_id, *, dtype, output_device):
+    """An NDIF model: nnsight's TransformersModel on the hub id, weights on the meta device here (the server holds
+    the real ones), tokenizer from the hub."""
+    from nnsight.modeling.transformers import TransformersModel
+
+    if not isinstance(hub_id, str) or hub_id.startswith(("zoo:", ".", "/", "~")) or Path(hub_id).exists():
+        raise ConfigError("remote=True needs a Hugging Face hub id that NDIF serves (e.g. 'openai-community/gpt2'); "
+                          "for a local directory or zoo organism use remote='local'")
+    if dtype == "auto":
+        dtype = None
+    nn = TransformersModel(hub_id, task="text-generation", **({"dtype": dtype} if dtype is not None else {}))
+    tok = nn.tokenizer
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return _nnsight_lab_model(nn, nn._module, tok, name=hub_id, path=None, remote=True, output_device=output_device)
 
 
 def wrap_hf_model(hf_model, tokenizer=None, backend: str = "bridge", *, name: str | None = None):
@@ -149,7 +224,8 @@ def wrap_hf_model(hf_model, tokenizer=None, backend: str = "bridge", *, name: st
     name = name or getattr(hf_model.config, "name_or_path", None) or type(hf_model).__name__
     p = next(hf_model.parameters())
     return _lab_model(hf_model.eval(), tok, backend, name=name, path=None, device=p.device, dtype=p.dtype,
-                      bridge_tokenizer=_in_memory(tok))
+                      bridge_tokenizer=_in_memory(tok),
+                      attn_implementation=getattr(hf_model.config, "_attn_implementation", None) or "auto")
 
 
 def ids_tokenizer(config):
@@ -181,7 +257,7 @@ def _in_memory(tok):
 
 
 def _lab_model(hf, tok, backend: str, *, name: str, path: str | None, device, dtype, trust_remote_code: bool = False,
-               bridge_tokenizer=None):
+               bridge_tokenizer=None, remote=False, output_device="cpu", attn_implementation: str = "auto"):
     from interplab.models.lab_model import LabModel
 
     if backend == "bridge":
@@ -189,15 +265,40 @@ def _lab_model(hf, tok, backend: str, *, name: str, path: str | None, device, dt
 
         from interplab.models.backends.bridge import BridgeBackend
 
-        bridge = TransformerBridge.boot_transformers(path or name, device=str(device), dtype=dtype, hf_model=hf,
-                                                     tokenizer=bridge_tokenizer or tok, trust_remote_code=trust_remote_code)
+        attn = getattr(hf.config, "_attn_implementation", None)
+        dispatched = bool(getattr(hf, "hf_device_map", None))
+        # A dispatched model is passed as it is (accelerate placed it); the bridge then reads devices from it.
+        try:
+            bridge = TransformerBridge.boot_transformers(path or name, device=None if dispatched else str(device),
+                                                         dtype=dtype, hf_model=hf, tokenizer=bridge_tokenizer or tok,
+                                                         trust_remote_code=trust_remote_code)
+        except ValueError as e:
+            if not dispatched:
+                raise
+            # e.g. a map mixing CPU and GPU targets (accelerate CPU offload), which TL 3.9 refuses
+            raise ConfigError(f"TransformerBridge cannot run this device_map ({e}); use backend='nnsight', which "
+                              "runs any accelerate placement including CPU/disk offload") from None
         bridge.eval()
+        if attn and attn != "eager" and attn_implementation != "eager":
+            hf.set_attn_implementation(attn)  # the bridge forces eager; LabModel switches per forward instead
         impl = BridgeBackend(bridge)
-    else:
-        from interplab.models.backends.nnsight_backend import NNsightBackend
+        return LabModel(impl, tok, name=name, path=path, output_device=output_device)
+    from nnsight import NNsight
 
-        cfg = hf.config
-        n_heads = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
-        d_head = int(getattr(cfg, "head_dim", None) or (getattr(cfg, "hidden_size", None) or cfg.n_embd) // n_heads)
-        impl = NNsightBackend(hf, n_heads, d_head)
-    return LabModel(impl, tok, name=name, path=path)
+    nn = NNsight(hf)
+    if remote:
+        from nnsight.modeling.transformers import TransformersModel
+
+        nn = TransformersModel(hf, tokenizer=tok)
+    return _nnsight_lab_model(nn, hf, tok, name=name, path=path, remote=remote, output_device=output_device)
+
+
+def _nnsight_lab_model(nn, hf, tok, *, name, path, remote, output_device):
+    from interplab.models.backends.nnsight_backend import NNsightBackend
+    from interplab.models.lab_model import LabModel
+
+    cfg = hf.config
+    n_heads = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
+    d_head = int(getattr(cfg, "head_dim", None) or (getattr(cfg, "hidden_size", None) or cfg.n_embd) // n_heads)
+    impl = NNsightBackend(hf, n_heads, d_head, nn=nn, remote=remote)
+    return LabModel(impl, tok, name=name, path=path, output_device=output_device)

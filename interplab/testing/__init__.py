@@ -92,7 +92,9 @@ def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", ca
 
     Cached under `cache_dir` (default `$INTERPLAB_HOME/cache/random-models`, else ~/.cache/interplab/random-models),
     keyed on name, seed, dtype and overrides; the folder appears only when complete (built next to it, renamed).
-    The tokenizer is a small word-level one (ids beyond it are still valid model inputs: pass token-id lists)."""
+    The tokenizer is the toy organisms' word-level one (`build_toy_tokenizer`, 161 words with the ChatML template),
+    so every method's main experiment, whose data is written in the toy vocabulary, runs on these models; ids
+    beyond it are still valid model inputs (pass token-id lists)."""
     import hashlib
     import os
     import shutil
@@ -100,7 +102,7 @@ def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", ca
 
     from transformers import AutoModelForCausalLM
 
-    key = hashlib.sha1(repr((seed, dtype, sorted(overrides.items()))).encode()).hexdigest()[:10]
+    key = hashlib.sha1(repr((seed, dtype, sorted(overrides.items()), "toy-tokenizer")).encode()).hexdigest()[:10]
     root = Path(cache_dir) if cache_dir else (
         Path(os.environ["INTERPLAB_HOME"]) / "cache" if os.environ.get("INTERPLAB_HOME")
         else Path.home() / ".cache" / "interplab") / "random-models"
@@ -110,7 +112,11 @@ def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", ca
     cfg = real_size_config(name, **overrides)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype))
-    tok = build_word_tokenizer(test_words(min(cfg.vocab_size, 512)))
+    from interplab.data.toy_vocab import build_toy_tokenizer
+
+    tok = build_toy_tokenizer()
+    if len(tok) > cfg.vocab_size:
+        tok = build_word_tokenizer(test_words(min(cfg.vocab_size, 512)))
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=root))
     try:
@@ -123,3 +129,27 @@ def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", ca
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+# Minimal settings of every method's main experiment on a checkpoint directory ({m}); {dtype}/{device} where the
+# experiment has those fields. Used by the real-size test and scripts/gpu_check.py: results are meaningless on
+# random weights, the point is that each runs end to end at real size.
+SMOKE_EXPERIMENTS = {
+    "next-token": ["model={m}", "prompt=the cat sat on the", "dtype={dtype}", "device={device}"],
+    "truth-scores": ["model={m}", "n_samples=16", "folds=2", "epochs=5", "ablation=false"],
+    "decodeshare": ["model={m}", "dtype={dtype}", "tasks=copy,inc", "alphas=0.0,1.0", "steer_scales=1.0",
+                    "n_calib=4", "n_eval=4", "calib_max_new_tokens=4",
+                    "eval_max_new_tokens=4", "null_perm_B=10", "null_rot_B=2", "n_boot=50", "batch_size=4"],
+    "crh-toy": ["model={m}", "n_train=8", "n_test=4", "n_strengths=2", "n_perm=10", "max_new_tokens=4",
+                "max_rows=32"],
+    "hyperfit-geometry": ["base={m}", "targets={m}", "n_prompts=4", "context_tokens=8", "new_tokens=8", "n_texts=8",
+                          "batch_size=4", "max_tokens=16"],
+    "sae-train": ["model={m}", "site=resid_post.1", "steps=5", "n_train=16", "n_eval=8", "batch_tokens=32",
+                  "context_size=16"],
+}
+
+
+def smoke_experiment_args(name: str, model_dir, *, dtype: str = "float32", device: str = "cpu") -> list[str]:
+    """`--set key=value` arguments of experiment `name`'s minimal settings on `model_dir`."""
+    sets = [s.format(m=model_dir, dtype=dtype, device=device) for s in SMOKE_EXPERIMENTS[name]]
+    return [a for s in sets for a in ("--set", s)]

@@ -34,9 +34,13 @@ def test_edited_logits_agree_between_backends(model_factory, arch):
              Ablate("attn_z.1", heads=[0, 2]),
              Steer("mlp_out.1", torch.randn(mb.d_model, generator=g), positions="last_prompt")]
     clean = mb.run(PROMPTS).logits
-    eb, en = mb.run(PROMPTS, edits=edits).logits, mn.run(PROMPTS, edits=edits).logits
+    ob = mb.run(PROMPTS, edits=edits)
+    eb, en = ob.logits, mn.run(PROMPTS, edits=edits).logits
     assert (eb - clean).abs().max() > 1e-2  # the edits do something
-    torch.testing.assert_close(eb, en, atol=1e-5, rtol=0)
+    # Real tokens only: under SDPA (the default) a left-padding query row attends to nothing and its output is
+    # kernel-defined garbage, which an edit then transforms differently in each backend.
+    real = ob.batch.attention_mask.bool()
+    torch.testing.assert_close(eb[real], en[real], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -78,7 +78,10 @@ def test_edits_agree_between_backends_at_real_size(small):
         del m
     (eb, cb, gb), (en, _, gn) = outs["bridge"], outs["nnsight"]
     assert (eb - cb).abs().max() > 1e-3
-    torch.testing.assert_close(eb, en, atol=1e-4, rtol=1e-4)
+    # real tokens only: under SDPA (the default) left-padding rows are kernel-defined garbage
+    width = max(map(len, IDS))
+    real = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in IDS])
+    torch.testing.assert_close(eb[real], en[real], atol=1e-4, rtol=1e-4)
     assert gb == gn
 
 

@@ -25,12 +25,13 @@ def sha256_file(path) -> str:
     return h.hexdigest()
 
 
-def validate_checkpoint(path, verify_checksums: bool = True) -> Path:
+def validate_checkpoint(path, verify_checksums: bool = True, *, allow_pickle: bool = False) -> Path:
     """`path` if it is a complete checkpoint, else a `CheckpointError` saying what is wrong and what to do.
 
     Checks that config.json parses, that the weights (single file or every shard of the index) exist and their
     safetensors headers read (which also catches truncation), and with `verify_checksums` that every file listed
-    in checksums.json (when there is one) matches its sha256."""
+    in checksums.json (when there is one) matches its sha256. Pickle weights (`*.bin`, `*.pt`) are refused unless
+    `allow_pickle` — unpickling a file can run arbitrary code."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {path} does not exist")
@@ -42,8 +43,9 @@ def validate_checkpoint(path, verify_checksums: bool = True) -> Path:
         json.loads(cfg.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{cfg} is not valid JSON ({e}); the checkpoint is corrupt") from None
-    for w in _weight_files(path):
-        _check_safetensors(w)
+    for w in _weight_files(path, allow_pickle):
+        if w.suffix == ".safetensors":
+            _check_safetensors(w)
     if verify_checksums:
         _verify_checksums(path)
     return path
@@ -73,7 +75,7 @@ def verify_checksums(path) -> dict[str, str]:
 _verify_checksums = verify_checksums  # validate_checkpoint's flag of the same name shadows it there
 
 
-def _weight_files(path: Path) -> list[Path]:
+def _weight_files(path: Path, allow_pickle: bool = False) -> list[Path]:
     single = path / "model.safetensors"
     index = path / "model.safetensors.index.json"
     if single.is_file():
@@ -87,10 +89,15 @@ def _weight_files(path: Path) -> list[Path]:
             if not (path / shard).is_file():
                 raise CheckpointError(f"{path} is missing weight shard {shard} listed in {index.name}")
         return [path / s for s in shards]
-    legacy = [p.name for p in path.glob("*.bin")]
-    hint = (f" It has {legacy}: interplab loads safetensors only; convert with "
-            "model.save_pretrained(dir, safe_serialization=True).") if legacy else ""
-    raise CheckpointError(f"{path} has no model.safetensors weights: they are missing.{hint} {_REBUILD}")
+    legacy = sorted(p.name for p in [*path.glob("*.bin"), *path.glob("*.pt")])
+    if legacy and allow_pickle:
+        return [path / n for n in legacy]
+    if legacy:
+        raise CheckpointError(
+            f"{path} holds pickle weights {legacy} and no safetensors. interplab refuses pickle by default because "
+            "unpickling can run arbitrary code. Convert once with model.save_pretrained(dir, safe_serialization="
+            "True), or, if you trust the file, load it with load_model(..., allow_pickle=True).")
+    raise CheckpointError(f"{path} has no model.safetensors weights: they are missing. {_REBUILD}")
 
 
 def _check_safetensors(file: Path) -> None:

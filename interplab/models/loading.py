@@ -53,7 +53,7 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def resolve_checkpoint(name_or_path) -> tuple[str, Path]:
+def resolve_checkpoint(name_or_path, *, allow_pickle: bool = False) -> tuple[str, Path]:
     """-> (display name, local checkpoint directory)."""
     if isinstance(name_or_path, Path):
         name_or_path = str(name_or_path)
@@ -66,7 +66,7 @@ def resolve_checkpoint(name_or_path) -> tuple[str, Path]:
         return name, validate_checkpoint(organism_dir(name[4:]))  # shipped weights: sha256 checked too
     path = Path(name).expanduser()
     if path.is_dir():
-        return path.name, validate_checkpoint(path, verify_checksums=False)
+        return path.name, validate_checkpoint(path, verify_checksums=False, allow_pickle=allow_pickle)
     if path.exists():
         raise ModelNotFoundError(f"{name} is a file, not a checkpoint directory")
     looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1] \
@@ -126,7 +126,7 @@ def load_tokenizer(path: Path):
 
 
 def load_hf_model(path: Path, *, device, dtype, trust_remote_code: bool = False, device_map=None,
-                  max_memory=None, offload_folder=None, attn_implementation: str = "auto"):
+                  max_memory=None, offload_folder=None, attn_implementation: str = "auto", allow_pickle: bool = False):
     """The transformers model, on `device` or dispatched by accelerate over `device_map` (with `max_memory` and
     `offload_folder` for "disk" targets). attn_implementation="auto" keeps the model's default (SDPA where
     supported); LabModel switches to eager only for forwards that touch attn_pattern."""
@@ -134,7 +134,8 @@ def load_hf_model(path: Path, *, device, dtype, trust_remote_code: bool = False,
 
     import torch
 
-    kw = dict(dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code)
+    kw = dict(dtype=dtype, use_safetensors=not (allow_pickle and not any(Path(path).glob("*.safetensors"))),
+              trust_remote_code=trust_remote_code)
     if attn_implementation == "auto" and dtype == torch.float64:
         # float64 is for exact-parity work; SDPA's float64 path differs from eager by ~1e-6 (measured on the
         # test models), which would hide the 1e-9 agreement the two backends have in eager.
@@ -169,7 +170,7 @@ def _check_placement(backend: str, device_map, max_memory, offload_folder, remot
 
 def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *, device_map=None,
                max_memory=None, offload_folder=None, attn_implementation: str = "auto", remote=False,
-               output_device="cpu", trust_remote_code: bool = False):
+               output_device="cpu", trust_remote_code: bool = False, allow_pickle: bool = False):
     """Load a model as a `LabModel` on the chosen backend ("bridge" = TransformerBridge, "nnsight").
 
     dtype: None (float32), a torch dtype, "auto" (the checkpoint's) or "bfloat16"/"float16"/"float32".
@@ -179,18 +180,20 @@ def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *
         attn_pattern), or a fixed implementation such as "eager".
     remote: nnsight only. True runs every forward on NDIF (hub ids; API key from nnsight's own config), "local"
         runs nnsight's local simulation of it (serialize, hide interplab, deserialize, run here).
-    output_device: where `run`/`generate` return captures (default CPU)."""
+    output_device: where `run`/`generate` return captures (default CPU).
+    trust_remote_code / allow_pickle: off by default (docs/reliability.md); they let a checkpoint run its own Python
+        code / load pickle (`.bin`) weights."""
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}; use one of {BACKENDS}")
     _check_placement(backend, device_map, max_memory, offload_folder, remote)
     if remote is True:
         return _remote_model(name_or_path, dtype=resolve_dtype(dtype), output_device=output_device)
-    display, path = resolve_checkpoint(name_or_path)
+    display, path = resolve_checkpoint(name_or_path, allow_pickle=allow_pickle)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     tok = load_tokenizer(path)
     hf = load_hf_model(path, device=device, dtype=dtype, trust_remote_code=trust_remote_code, device_map=device_map,
                        max_memory=max_memory, offload_folder=offload_folder,
-                       attn_implementation=attn_implementation)
+                       attn_implementation=attn_implementation, allow_pickle=allow_pickle)
     return _lab_model(hf, tok, backend, name=display, path=str(path), device=device, dtype=hf.dtype,
                       trust_remote_code=trust_remote_code, remote=remote, output_device=output_device,
                       attn_implementation=attn_implementation)

@@ -31,7 +31,7 @@ def _objective(theta, z, sign, mask, inv_c, reg_mask):
 
 def _gradient(theta, z, Xn, sign, mask, inv_c, reg_mask):
     r = sign * torch.sigmoid(sign * z) * mask                      # d f / d z, [C, F, N]
-    return torch.bmm(r, Xn) + inv_c * theta * reg_mask             # [C, F, D+1]
+    return torch.cat([torch.bmm(r, Xn), r.sum(2, keepdim=True)], 2) + inv_c * theta * reg_mask   # [C, F, D+1]
 
 
 def lbfgs_logistic(Xn: torch.Tensor, y: torch.Tensor, train_mask: torch.Tensor, *, C: float = 1.0,
@@ -46,8 +46,7 @@ def lbfgs_logistic(Xn: torch.Tensor, y: torch.Tensor, train_mask: torch.Tensor, 
         raise ConfigError(f"need C > 0, tol > 0, max_iter >= 1, history >= 1; got {C}, {tol}, {max_iter}, {history}")
     n_heads, N, D = Xn.shape
     dtype, device = Xn.dtype, Xn.device
-    Xa = torch.cat([Xn, torch.ones(n_heads, N, 1, dtype=dtype, device=device)], 2)   # intercept as a feature
-    Xt = Xa.transpose(1, 2).contiguous()
+    Xa = Xn   # the intercept is coordinate D of theta, handled apart from the matmuls (no copy of X)
     F = train_mask.shape[0]
     mask = train_mask.to(dtype)[None]                                # [1, F, N]
     sign = (1.0 - 2.0 * y.to(dtype))[None, None]                     # [1, 1, N]
@@ -60,6 +59,7 @@ def lbfgs_logistic(Xn: torch.Tensor, y: torch.Tensor, train_mask: torch.Tensor, 
     z = torch.zeros(n_heads, F, N, dtype=dtype, device=device)
     f = _objective(theta, z, sign, mask, inv_c, reg_mask)
     g = _gradient(theta, z, Xa, sign, mask, inv_c, reg_mask)
+    compact_at = 4  # compact once a quarter of the live heads are solved: each compaction copies their X
     theta_out, z_out = theta.clone(), z.clone()
     n_iter = torch.zeros(n_heads, F, dtype=torch.long, device=device)
     live = torch.arange(n_heads, device=device)        # heads still being solved (others are written out)
@@ -67,17 +67,17 @@ def lbfgs_logistic(Xn: torch.Tensor, y: torch.Tensor, train_mask: torch.Tensor, 
     for _ in range(max_iter):
         active = (g.abs().amax(2) / n_train[..., 0]) > tol            # [C, F]
         done = ~active.any(1)
-        if bool(done.any()) and int(done.sum()) * 8 >= len(live):     # drop solved heads: the batch shrinks
+        if bool(done.any()) and int(done.sum()) * compact_at >= len(live):  # drop solved heads: the batch shrinks
             theta_out[live[done]], z_out[live[done]] = theta[done], z[done]
             keep = ~done
-            live, Xa, Xt, theta, z, f, g, active = (t[keep] for t in (live, Xa, Xt, theta, z, f, g, active))
+            live, Xa, theta, z, f, g, active = (t[keep] for t in (live, Xa, theta, z, f, g, active))
             S, Y, rho = [t[keep] for t in S], [t[keep] for t in Y], [t[keep] for t in rho]
         if len(live) == 0 or not bool(active.any()):
             break
         d = _direction(g, S, Y, rho) * active[..., None].to(dtype)
         slope = (g * d).sum(2)                                       # < 0 for active problems
         # margins are linear in theta: z(theta + t d) = z + t (d X^T), so backtracking costs no extra matmul
-        zd = torch.bmm(d, Xt)
+        zd = torch.baddbmm(d[..., D:], d[..., :D], Xa.transpose(1, 2))   # BLAS reads the transposed view
         step = torch.ones(len(live), F, 1, dtype=dtype, device=device)
         pending = active.clone()
         new_theta, new_f, new_z = theta, f, z

@@ -294,24 +294,23 @@ def _as_pairs(dataset) -> tuple[list[str], np.ndarray]:
 
 
 def capture_head_outputs(model, texts: Sequence[str], *, batch_size: int = 32, dtype=torch.float32,
-                         layers: Sequence[int] | None = None, progress=None, edits=None) -> torch.Tensor:
+                         layers: Sequence[int] | None = None, progress=None, edits=None, out_dir=None) -> torch.Tensor:
     """[N, n_layers, n_heads, d_head] per-head outputs z (attn_z, before W_O) at each text's last real token.
 
-    One forward per batch (padded rows are handled by the hook layer's `cache.last`); the forward stops after the
-    deepest captured layer. `progress(done, total)` is called after each batch.
+    Collected with `interplab.harvest` (positions="last"): one forward per batch, stopped after the deepest captured
+    layer; in RAM, or with `out_dir` as resumable safetensors shards on disk (re-running skips finished batches).
+    `progress(done, total)` is called after each batch.
     edits: Edits applied during capture (e.g. a HeadGate), or a callable (row_indices) -> list of Edits for
     per-batch edits (e.g. a planted signal that depends on each row's label)."""
+    from interplab.models.harvest import harvest
+
     layers = list(range(model.n_layers)) if layers is None else list(layers)
     sites = [f"attn_z.{layer}" for layer in layers]
-    out = torch.empty(len(texts), len(layers), model.n_heads, model.d_head, dtype=dtype)
-    with torch.no_grad():
-        for s in range(0, len(texts), batch_size):
-            chunk = list(texts[s:s + batch_size])
-            ed = edits(np.arange(s, s + len(chunk))) if callable(edits) else edits
-            res = model.run(chunk, capture=sites, logits=False, edits=ed)
-            out[s:s + len(chunk)] = torch.stack([res.cache.last(site) for site in sites], 1).to(dtype).cpu()
-            if progress is not None:
-                progress(min(s + batch_size, len(texts)), len(texts))
+    store = harvest(model, list(texts), sites, out_dir, batch_size=batch_size, positions="last", dtype=dtype,
+                    edits=edits, progress=progress)
+    out = torch.empty(store.n_rows, len(layers), model.n_heads, model.d_head, dtype=dtype)
+    for i, site in enumerate(sites):  # one site at a time: the store never holds two copies in RAM
+        out[:, i] = store.read(site)
     return out
 
 
@@ -337,7 +336,7 @@ def truth_scores(model, dataset, *, site: str = "attn_z", folds: int = 5, epochs
         raise InputError(f"need at least folds={folds} examples, got {len(texts)}")
     t0 = time.perf_counter()
     X = capture_head_outputs(model, texts, batch_size=cfg.capture_batch_size, dtype=getattr(torch, cfg.dtype),
-                             progress=progress, edits=edits)
+                             progress=progress, edits=edits, out_dir=out_dir)
     cap_s = time.perf_counter() - t0
     name = str(getattr(model, "name", "") or "")
     ts = truth_scores_from_activations(X, y, cfg, model=name, device=device, provenance={

@@ -35,7 +35,8 @@ def _gradient(theta, z, Xn, sign, mask, inv_c, reg_mask):
 
 
 def lbfgs_logistic(Xn: torch.Tensor, y: torch.Tensor, train_mask: torch.Tensor, *, C: float = 1.0,
-                   tol: float = 1e-4, max_iter: int = 100, history: int = 10, max_backtracks: int = 20):
+                   tol: float = 1e-4, max_iter: int = 100, history: int = 10, max_backtracks: int = 20,
+                   compact_at: int = 4):
     """Solve the objective above for a block of problems.
 
     Xn: [n_heads, N, D] features (one matrix per head, shared by its folds); y: [N] 0/1 labels;
@@ -59,7 +60,7 @@ def lbfgs_logistic(Xn: torch.Tensor, y: torch.Tensor, train_mask: torch.Tensor, 
     z = torch.zeros(n_heads, F, N, dtype=dtype, device=device)
     f = _objective(theta, z, sign, mask, inv_c, reg_mask)
     g = _gradient(theta, z, Xa, sign, mask, inv_c, reg_mask)
-    compact_at = 4  # compact once a quarter of the live heads are solved: each compaction copies their X
+    # compact_at: drop solved heads once 1/compact_at of the live ones are solved (each compaction copies their X)
     theta_out, z_out = theta.clone(), z.clone()
     n_iter = torch.zeros(n_heads, F, dtype=torch.long, device=device)
     live = torch.arange(n_heads, device=device)        # heads still being solved (others are written out)

@@ -47,7 +47,9 @@ def lbfgs_logistic(Xn: torch.Tensor, y: torch.Tensor, train_mask: torch.Tensor, 
         raise ConfigError(f"need C > 0, tol > 0, max_iter >= 1, history >= 1; got {C}, {tol}, {max_iter}, {history}")
     n_heads, N, D = Xn.shape
     dtype, device = Xn.dtype, Xn.device
-    Xa = Xn   # the intercept is coordinate D of theta, handled apart from the matmuls (no copy of X)
+    Xa = Xn   # the intercept is coordinate D of theta, handled apart from the matmuls
+    # a contiguous [D, N] copy: BLAS on the transposed view of Xa measured ~2x slower for the [F, D] @ [D, N] product
+    Xt = Xn.transpose(1, 2).contiguous()
     F = train_mask.shape[0]
     mask = train_mask.to(dtype)[None]                                # [1, F, N]
     sign = (1.0 - 2.0 * y.to(dtype))[None, None]                     # [1, 1, N]
@@ -71,14 +73,14 @@ def lbfgs_logistic(Xn: torch.Tensor, y: torch.Tensor, train_mask: torch.Tensor, 
         if bool(done.any()) and int(done.sum()) * compact_at >= len(live):  # drop solved heads: the batch shrinks
             theta_out[live[done]], z_out[live[done]] = theta[done], z[done]
             keep = ~done
-            live, Xa, theta, z, f, g, active = (t[keep] for t in (live, Xa, theta, z, f, g, active))
+            live, Xa, Xt, theta, z, f, g, active = (t[keep] for t in (live, Xa, Xt, theta, z, f, g, active))
             S, Y, rho = [t[keep] for t in S], [t[keep] for t in Y], [t[keep] for t in rho]
         if len(live) == 0 or not bool(active.any()):
             break
         d = _direction(g, S, Y, rho) * active[..., None].to(dtype)
         slope = (g * d).sum(2)                                       # < 0 for active problems
         # margins are linear in theta: z(theta + t d) = z + t (d X^T), so backtracking costs no extra matmul
-        zd = torch.baddbmm(d[..., D:], d[..., :D], Xa.transpose(1, 2))   # BLAS reads the transposed view
+        zd = torch.bmm(d[..., :D], Xt) + d[..., D:]
         step = torch.ones(len(live), F, 1, dtype=dtype, device=device)
         pending = active.clone()
         new_theta, new_f, new_z = theta, f, z

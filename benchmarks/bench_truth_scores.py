@@ -1,7 +1,12 @@
 """Truth-Score probe training benchmark: all heads of a 32 x 32-head score set (synthetic activations, 292 samples,
-d_head 128, 5 folds) trained as one batched tensor program (interplab, the repo's recipe: AdamW, 200 epochs) vs the
-anchor a user would write: a scikit-learn `LogisticRegression` loop over heads and folds (same KFold folds).
-Goal: >= 20x faster with mean |delta accuracy| <= 0.03 between the two.
+d_head 128, 5 folds) trained as one batched tensor program vs the anchor a user would write: a scikit-learn
+`LogisticRegression` loop over heads and folds (same KFold folds, default C=1).
+
+Two rows, one sklearn measurement:
+- truth_scores_probe_training: solver="adamw", the repo's recipe (AdamW, 200 epochs; a different stopping point than
+  sklearn's optimum, so its goal allows mean |delta accuracy| <= 0.03).
+- truth_scores_probe_lbfgs: solver="lbfgs", the same L2-regularised objective as sklearn (C=1) solved to sklearn's
+  tolerance; goal >= 20x faster with mean |delta accuracy| <= 0.01.
 
 Synthetic data mimics the released HaluEval maps (most heads decodable, accuracies ~0.6-1.0): per head,
 z = noise + (2y - 1) * s_{l,h} * u_{l,h} with a random strength s_{l,h}.
@@ -65,7 +70,8 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1, help="torch/BLAS threads for both sides")
-    ap.add_argument("--heads-anchor", type=int, default=1024,
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of lbfgs and the anchor (min kept)")
+    ap.add_argument("--heads-anchor", type=int, default=256,
                     help="heads the sklearn loop runs (its time is scaled to all 1024 when fewer)")
     args = ap.parse_args(argv)
     _pin_threads(args.threads)
@@ -76,6 +82,7 @@ def main(argv=None) -> None:
     N, L, H, D = X.shape
     folds = kfold_splits(N, 5, 42)
     fit_head_probes(X[:, :1, :2], y, epochs=2)  # warm-up
+    fit_head_probes(X[:, :1, :2], y, solver="lbfgs")
     t = time.perf_counter()
     fit = fit_head_probes(X, y, folds=folds)
     ours = time.perf_counter() - t
@@ -85,20 +92,34 @@ def main(argv=None) -> None:
     n_a = min(args.heads_anchor, L * H)
     idx = np.sort(rng.choice(L * H, n_a, replace=False)) if n_a < L * H else np.arange(L * H)
     heads = [all_heads[i] for i in idx]
-    t = time.perf_counter()
-    acc_sk = sklearn_loop(X, y, folds, heads)
-    anchor = (time.perf_counter() - t) * (L * H) / n_a
-
-    s_ours = fit.accuracy.mean(0).reshape(-1)[idx]
+    # The machine is shared and its load swings within minutes: alternate the fast solver and the anchor and keep
+    # each side's fastest round, so both are timed under the same conditions.
+    lb_times, anchor_times = [], []
+    for _ in range(args.rounds):
+        t = time.perf_counter()
+        fit_lb = fit_head_probes(X, y, folds=folds, solver="lbfgs", C=1.0)
+        lb_times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        acc_sk = sklearn_loop(X, y, folds, heads)
+        anchor_times.append((time.perf_counter() - t) * (L * H) / n_a)
+    ours_lb, anchor = min(lb_times), min(anchor_times)
     s_sk = acc_sk.mean(0)
-    d = np.abs(s_ours - s_sk)
-    ratio = anchor / ours
-    ok = ratio >= 20 and d.mean() <= 0.03
-    extra = (f'{{"mean_abs_dacc": {d.mean():.4f}, "max_abs_dacc": {d.max():.4f}, "mean_S_ours": {s_ours.mean():.3f}, '
-             f'"mean_S_sklearn": {s_sk.mean():.3f}, "heads_anchor": {n_a}, "threads": {args.threads}, '
-             f'"shape": [{N}, {L}, {H}, {D}], "folds": 5, "epochs": 200}}')
-    print(f"BENCH name=truth_scores_probe_training ours={ours:.3f} anchor={anchor:.3f} ratio={ratio:.2f} "
-          f"goal=>=20x_and_mean_abs_dacc<=0.03 ok={ok} extra={extra}", flush=True)
+
+    for name, f, secs, tol, epochs in (("truth_scores_probe_training", fit, ours, 0.03, 200),
+                                       ("truth_scores_probe_lbfgs", fit_lb, ours_lb, 0.01, None)):
+        s_ours = f.accuracy.mean(0).reshape(-1)[idx]
+        d = np.abs(s_ours - s_sk)
+        ratio = anchor / secs
+        ok = ratio >= 20 and d.mean() <= tol
+        solver = "adamw" if epochs else "lbfgs"
+        it = f'"epochs": {epochs}' if epochs else f'"max_iters": {int(f.loss_curve.max())}'
+        extra = (f'{{"solver": "{solver}", "mean_abs_dacc": {d.mean():.4f}, "max_abs_dacc": {d.max():.4f}, '
+                 f'"mean_S_ours": {s_ours.mean():.3f}, "mean_S_sklearn": {s_sk.mean():.3f}, "heads_anchor": {n_a}, '
+                 f'"threads": {args.threads}, "shape": [{N}, {L}, {H}, {D}], "folds": 5, {it}, '
+                 f'"rounds_s": {[round(v, 3) for v in (lb_times if epochs is None else [secs])]}, '
+                 f'"anchor_rounds_s": {[round(v, 2) for v in anchor_times]}}}')
+        print(f"BENCH name={name} ours={secs:.3f} anchor={anchor:.3f} ratio={ratio:.2f} "
+              f"goal=>=20x_and_mean_abs_dacc<={tol} ok={ok} extra={extra}", flush=True)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,16 @@ def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *
     return _load(name_or_path, backend=backend, device=device, dtype=dtype, **kwargs)
 
 
+def harvest(model, inputs, sites, out_dir=None, **kwargs):
+    """Stream activations of `sites` over `inputs` to resumable safetensors shards in `out_dir` (or RAM when None)
+    and return an `ActivationStore` read lazily; see `interplab.models.harvest.harvest`."""
+    from interplab.models.harvest import harvest as _harvest
+
+    return _harvest(model, inputs, sites, out_dir, **kwargs)
+
+
 __all__ = [
-    "load_model", "__version__", "InterplabError", "ModelNotFoundError", "CheckpointError", "SiteError",
+    "load_model", "harvest", "__version__", "InterplabError", "ModelNotFoundError", "CheckpointError", "SiteError",
     "InputError", "ShapeError", "DataError", "ConfigError", "MissingDependencyError", "ResultsError",
     "RemoteError",
 ]

@@ -6,7 +6,9 @@ from interplab.models.loading import BACKENDS, load_model, wrap_hf_model
 
 _LAZY = {"LabModel": "interplab.models.lab_model", "Batch": "interplab.models.inputs",
          "Cache": "interplab.models.outputs", "RunOutput": "interplab.models.outputs",
-         "GenerateOutput": "interplab.models.outputs"}
+         "GenerateOutput": "interplab.models.outputs", "harvest": "interplab.models.harvest",
+         "ActivationStore": "interplab.models.harvest", "InMemoryStore": "interplab.models.harvest",
+         "HarvestMismatchError": "interplab.models.harvest"}
 
 
 def __getattr__(name):
@@ -18,4 +20,5 @@ def __getattr__(name):
 
 
 __all__ = ["load_model", "wrap_hf_model", "LabModel", "Batch", "Cache", "RunOutput", "GenerateOutput", "BACKENDS",
-           "validate_checkpoint", "verify_checksums"]
+           "validate_checkpoint", "verify_checksums", "harvest", "ActivationStore", "InMemoryStore",
+           "HarvestMismatchError"]

@@ -152,12 +152,14 @@ class FastProvider(ActivationProvider):
 
     def __init__(self, model: Any, data: Sequence[Any], *, site: str, truncate: int | None = 8192,
                  micro_batch: int = 16, exclude_token_ids: Sequence[int] = (), shuffle: bool = True, seed: int = 42,
-                 repeat: bool = False, bucket: bool = True):
+                 repeat: bool = False, bucket: bool = True, store=None):
         super().__init__(model, site, micro_batch=micro_batch, shuffle=shuffle, seed=seed, repeat=repeat,
                          exclude_token_ids=exclude_token_ids)
         self.truncate = truncate
         self.samples, self.data_kind = _tokenize_samples(model, data, truncate)
         self.bucket = bool(bucket)
+        self.store_dir = store
+        self._store = None        # (ActivationStore/InMemoryStore, first row of each sample)
 
     @property
     def n_tokens(self) -> int:
@@ -173,12 +175,38 @@ class FastProvider(ActivationProvider):
                      for i in sorted(order[k:k + w], key=lambda j: len(self.samples[j]))]
         return [order[k:k + mb] for k in range(0, len(order), mb)]
 
-    def _epoch_chunks(self, epoch: int) -> Iterator[Chunk]:
-        for idx in self._batches(epoch):
+    def _harvested(self):
+        """Harvest every sample once, in epoch 0's micro-batches (so epoch 0 is bit-identical to the streaming path),
+        into the store; later epochs read their samples back instead of re-running the model."""
+        if self._store is None:
+            from interplab.models.harvest import harvest
+
+            order = [i for idx in self._batches(0) for i in idx]
+            st = harvest(self.model, [self.samples[i] for i in order], [self.site],
+                         None if self.store_dir == "memory" else self.store_dir, batch_size=self.micro_batch,
+                         positions="all")
+            self.forwards += st.n_shards
+            starts = torch.zeros(len(self.samples), dtype=torch.long)
+            lengths = torch.tensor([len(self.samples[i]) for i in order])
+            starts[torch.tensor(order)] = torch.cumsum(lengths, 0) - lengths
+            self._store = (st, starts)
+        return self._store
+
+    def _batch_acts(self, idx: list[int]) -> list[torch.Tensor]:
+        if self.store_dir is None:
             seqs = [self.samples[i] for i in idx]
             with torch.no_grad():
                 acts = _harvest(self.model, seqs, self.site)
             self.forwards += 1
+            return acts
+        st, starts = self._harvested()
+        rows = torch.cat([torch.arange(int(starts[i]), int(starts[i]) + len(self.samples[i])) for i in idx])
+        flat = st.read(self.site, rows)
+        return list(flat.split([len(self.samples[i]) for i in idx]))
+
+    def _epoch_chunks(self, epoch: int) -> Iterator[Chunk]:
+        for idx in self._batches(epoch):
+            acts = self._batch_acts(idx)
             for i, a in zip(idx, acts):
                 L = a.shape[0]
                 pos = torch.arange(L)
@@ -187,7 +215,8 @@ class FastProvider(ActivationProvider):
 
     def describe(self) -> dict:
         return {**super().describe(), "truncate": self.truncate, "data_kind": self.data_kind,
-                "n_samples": len(self.samples), "n_tokens": self.n_tokens}
+                "n_samples": len(self.samples), "n_tokens": self.n_tokens,
+                "store": None if self.store_dir is None else str(self.store_dir)}
 
 
 def pack_blocks(samples: Sequence[Sequence[int]], context_size: int, bos_id: int | None,
@@ -287,15 +316,19 @@ class BlockProvider(ActivationProvider):
 
 def fast_provider(model: Any, dialogues: Sequence[Any], *, site: str, truncate: int | None = 8192,
                   micro_batch: int = 16, exclude_token_ids: Sequence[int] = (), shuffle: bool = True,
-                  seed: int = 42, repeat: bool = False, bucket: bool = True) -> FastProvider:
+                  seed: int = 42, repeat: bool = False, bucket: bool = True, store=None) -> FastProvider:
     """FAST activation provider: each dialogue rendered with the model's chat template (no generation prompt),
     truncated to `truncate` tokens, forwarded on its own (padded micro-batches of `micro_batch` samples with masks
     and per-sample positions; equal to batch 1), all positions harvested except `exclude_token_ids`.
 
     Samples are shuffled at sample level (seed) and, with `bucket`, length-sorted inside windows of 8 micro-batches
-    to reduce padding. Iterate it for [n, d] chunks (feed to SAELens `mixing_buffer`) or call `iter_chunks()`."""
+    to reduce padding. Iterate it for [n, d] chunks (feed to SAELens `mixing_buffer`) or call `iter_chunks()`.
+
+    store: None (default) re-runs the model every epoch, streaming; a folder harvests every sample once to a resumable
+    disk store (`interplab.harvest`, positions="all") and later epochs read it back; "memory" does the same in RAM."""
     return FastProvider(model, dialogues, site=site, truncate=truncate, micro_batch=micro_batch,
-                        exclude_token_ids=exclude_token_ids, shuffle=shuffle, seed=seed, repeat=repeat, bucket=bucket)
+                        exclude_token_ids=exclude_token_ids, shuffle=shuffle, seed=seed, repeat=repeat, bucket=bucket,
+                        store=store)
 
 
 def block_provider(model: Any, data: Sequence[Any], *, site: str, context_size: int = 128, separator: str = "bos",

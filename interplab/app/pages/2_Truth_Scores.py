@@ -42,11 +42,11 @@ def _released():
 
 
 @st.cache_data(max_entries=8, show_spinner="Scoring the model (capture + batched probes)...")
-def _score(model_name: str, backend: str, n: int, seed: int, fmt: str, epochs: int):
+def _score(model_name: str, backend: str, n: int, seed: int, fmt: str, epochs: int, solver: str = "lbfgs"):
     from interplab.app.state import get_model
     from interplab.probes.truth import ProbeRecipe, score_organism
 
-    res = score_organism(get_model(model_name, backend=backend), name=model_name, recipe=ProbeRecipe(epochs=epochs),
+    res = score_organism(get_model(model_name, backend=backend), name=model_name, recipe=ProbeRecipe(epochs=epochs, solver=solver),
                          n_samples=n, data_seed=seed, fmt=fmt)
     res.scores.model = model_name
     return res.scores, res.evidence_mass
@@ -61,22 +61,26 @@ src_opts = (["Released maps (authors)"] if released else []) + ["Score a model (
 source = st.radio("Source", src_opts, horizontal=True, key="ts_source")
 current = None
 if source == "Score a model (CtxMem)":
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4, c5 = st.columns(5)
     n = c1.number_input("prompts", 20, 2000, 292, step=10, key="ts_n")
     seed = c2.number_input("data seed", 0, 10_000, 0, key="ts_seed")
     fmt = c3.selectbox("format", ["raw", "chat"], key="ts_fmt")
-    epochs = c4.number_input("epochs", 5, 500, 200, step=5, key="ts_epochs")
+    solver = c4.selectbox("solver", ["lbfgs", "adamw"], key="ts_solver",
+                          help="lbfgs: fast, the scikit-learn LogisticRegression(C=1) optimum (interactive default); "
+                               "adamw: the authors' recipe (200 AdamW epochs), the faithful mode experiments use")
+    epochs = c5.number_input("epochs (adamw)", 5, 500, 200, step=5, key="ts_epochs")
     if st.button("Compute Truth Scores", key="ts_go", type="primary"):
         require_model(name, backend, key="ts_model")
         try:
-            ts, em = _score(name, backend, int(n), int(seed), fmt, int(epochs))
+            ts, em = _score(name, backend, int(n), int(seed), fmt, int(epochs), solver)
             scored[name] = (ts, em)
         except InterplabError as e:
             st.error(str(e))
     if scored:
         pick = st.selectbox("Scored model", list(scored), index=len(scored) - 1, key="ts_pick")
         current, em_cur = scored[pick]
-        st.caption(f"{current.n_samples} prompts ({current.n_positive} gold), top heads: "
+        st.caption(f"{current.n_samples} prompts ({current.n_positive} gold), solver "
+                   f"{current.provenance.get('solver', 'adamw')}, top heads: "
                    + ", ".join(f"L{l}H{h} {s:.2f}" for l, h, s in current.top_heads(3)))
     else:
         st.info("Pick a model in the sidebar (a toy organism or a local checkpoint) and press *Compute*.")

@@ -23,6 +23,7 @@ import torch
 from interplab.core.errors import ConfigError, InputError, ShapeError
 
 FOLD_KINDS = ("kfold", "stratified")
+SOLVERS = ("adamw", "lbfgs")
 
 
 def kfold_splits(n: int, n_splits: int = 5, seed: int = 42, shuffle: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -165,6 +166,13 @@ def _train_chunk(Xn, batch_plan, sign_all, y_np, val, loss_scale, epochs, lr, we
                     v.copy_(torch.where(active, newv, v))
 
     z = torch.baddbmm(B, W, Xn.transpose(1, 2))              # [LH, F, N]
+    acc, prec, rec, f1, n_val = _held_out_metrics(z, y_np, val)
+    return W, B, acc, prec, rec, f1, n_val, torch.stack(losses)
+
+
+def _held_out_metrics(z, y_np, val):
+    """Accuracy, precision, recall, F1 ([LH, F] each) and n_val [1, F] of margins z [LH, F, N] on the held-out rows."""
+    device = z.device
     pred = z > 0                                              # == sigmoid(z) > 0.5, exactly symmetric under flips
     yb = torch.as_tensor(y_np, device=device).bool()[None, None, :]
     val = val[None]
@@ -177,14 +185,26 @@ def _train_chunk(Xn, batch_plan, sign_all, y_np, val, loss_scale, epochs, lr, we
     prec = torch.where(pp > 0, tp / pp.clamp(min=1), torch.zeros_like(tp))
     rec = torch.where(ap > 0, tp / ap.clamp(min=1), torch.zeros_like(tp))
     f1 = torch.where(prec + rec > 0, 2 * prec * rec / (prec + rec).clamp(min=1e-300), torch.zeros_like(tp))
+    return acc, prec, rec, f1, n_val
 
-    return W, B, acc, prec, rec, f1, n_val, torch.stack(losses)
+
+def _lbfgs_chunk(Xn, y_np, val, C, tol, max_iter):
+    """The fast solver on a block of heads; same return layout as `_train_chunk` (loss curve: final objective)."""
+    from interplab.probes.truth.probe_lbfgs import lbfgs_logistic
+
+    y_t = torch.as_tensor(y_np, device=Xn.device)
+    theta, z, n_iter = lbfgs_logistic(Xn, y_t, ~val, C=C, tol=tol, max_iter=max_iter)
+    acc, prec, rec, f1, n_val = _held_out_metrics(z, y_np, val)
+    W = theta[..., :-1].contiguous()
+    B = theta[..., -1:].contiguous()
+    return W, B, acc, prec, rec, f1, n_val, n_iter.to(Xn.dtype).max().reshape(1)
 
 
 def fit_head_probes(X, y, *, folds: int | Sequence = 5, fold_kind: str = "kfold", epochs: int = 200,
                     lr: float = 1e-2, weight_decay: float = 1e-3, batch_size: int = 512, seed: int = 42,
                     betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, device=None, dtype=None,
-                    return_weights: bool = False, head_chunk: int | None = None) -> ProbeFit:
+                    return_weights: bool = False, head_chunk: int | None = None, solver: str = "adamw",
+                    C: float = 1.0, tol: float = 1e-4, max_iter: int = 100) -> ProbeFit:
     """Train every (fold, layer, head) logistic probe at once; see the module docstring for the recipe.
 
     X: [N, L, H, D] activations (numpy or torch; no standardisation). y: [N] labels in {0, 1}.
@@ -192,7 +212,13 @@ def fit_head_probes(X, y, *, folds: int | Sequence = 5, fold_kind: str = "kfold"
     device/dtype: where and in which precision to train (default: X's device, float32 unless X is float64).
     head_chunk: heads per block (default: as many as fit ~24 MB, cache-friendly on CPU). Blocks are independent
         (disjoint parameters), so the result does not depend on it; every block is one batched program.
+    solver: "adamw" (the authors' recipe above; epochs/lr/weight_decay/batch_size/betas/eps apply) or "lbfgs" (the
+        L2-regularised logistic optimum of scikit-learn's `LogisticRegression(C=C)`, solved by a batched L-BFGS to
+        tol/max_iter; see `probe_lbfgs`). With "lbfgs" the loss curve holds one number: the most iterations any
+        problem used.
     """
+    if solver not in SOLVERS:
+        raise ConfigError(f"solver must be one of {SOLVERS}, got {solver!r}")
     X = torch.as_tensor(X)
     if X.ndim != 4:
         raise ShapeError(f"activations must be [n_samples, n_layers, n_heads, d_head], got shape {tuple(X.shape)}")
@@ -227,14 +253,21 @@ def fit_head_probes(X, y, *, folds: int | Sequence = 5, fold_kind: str = "kfold"
             head_chunk = LH
     if head_chunk < 1:
         raise ConfigError(f"head_chunk must be >= 1, got {head_chunk}")
-    results = [_train_chunk(Xn[c0:c0 + head_chunk], batch_plan, sign_all, y_np, val, loss_scale, epochs, lr,
-                            weight_decay, betas, eps, device, dtype)
-               for c0 in range(0, LH, head_chunk)]
+    if solver == "lbfgs":
+        results = [_lbfgs_chunk(Xn[c0:c0 + head_chunk], y_np, val, C, tol, max_iter)
+                   for c0 in range(0, LH, head_chunk)]
+    else:
+        results = [_train_chunk(Xn[c0:c0 + head_chunk], batch_plan, sign_all, y_np, val, loss_scale, epochs, lr,
+                                weight_decay, betas, eps, device, dtype)
+                   for c0 in range(0, LH, head_chunk)]
     W = torch.cat([r[0] for r in results])
     B = torch.cat([r[1] for r in results])
     acc, prec, rec, f1 = (torch.cat([r[i] for r in results]) for i in range(2, 6))
     n_val = results[0][6]
-    losses = torch.stack([r[7] for r in results]).sum(0)
+    if solver == "lbfgs":
+        losses = torch.stack([r[7] for r in results]).amax(0)
+    else:
+        losses = torch.stack([r[7] for r in results]).sum(0)
 
     def fl(a):  # [LH, F] -> [F, L, H]
         return a.T.reshape(F, L, H).cpu().numpy()

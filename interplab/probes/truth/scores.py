@@ -24,7 +24,7 @@ import torch
 from interplab.core.shapes import check_score_shape
 from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 from interplab.core.result import Result
-from interplab.probes.truth.probe_core import FOLD_KINDS, fit_head_probes
+from interplab.probes.truth.probe_core import FOLD_KINDS, SOLVERS, fit_head_probes
 
 SITES = ("attn_z",)
 PROBE_POSITIONS = ("last_nonpad",)
@@ -46,6 +46,11 @@ class TruthScoresConfig:
     seed: fold-shuffle seed (the repo's random_state=42). Probes are zero-initialised, so nothing else is random.
     capture_batch_size: prompts per forward pass when collecting activations from a model.
     dtype: probe training precision ("float32" as the repo; "float64" for tests).
+    solver: "adamw" (faithful: the authors' recipe, spec §2.2; epochs/lr/weight_decay/batch_size apply) or "lbfgs"
+        (fast: the optimum of scikit-learn's `LogisticRegression(C=C)` on the same features, an L2-regularised logistic
+        regression solved by a batched L-BFGS to `tol`, at most `max_iter` iterations; ~20-30x scikit-learn, see
+        BENCHMARKS.md). Experiments default to "adamw"; the app defaults to "lbfgs". Every result records its solver.
+    C: inverse L2 strength of the "lbfgs" objective (scikit-learn's C). tol, max_iter: its stopping rule.
     """
 
     site: str = "attn_z"
@@ -59,6 +64,10 @@ class TruthScoresConfig:
     seed: int = 42
     capture_batch_size: int = 32
     dtype: str = "float32"
+    solver: str = "adamw"
+    C: float = 1.0
+    tol: float = 1e-4
+    max_iter: int = 100
 
     def validate(self) -> "TruthScoresConfig":
         if self.site not in SITES:
@@ -71,6 +80,12 @@ class TruthScoresConfig:
             raise ConfigError("need folds >= 2, epochs >= 1, batch_size >= 1, capture_batch_size >= 1")
         if self.lr <= 0 or self.weight_decay < 0:
             raise ConfigError(f"need lr > 0 and weight_decay >= 0, got lr={self.lr}, weight_decay={self.weight_decay}")
+        if self.solver not in SOLVERS:
+            raise ConfigError(f"solver must be one of {SOLVERS} ('adamw' = the authors' recipe, 'lbfgs' = fast "
+                              f"scikit-learn-equivalent optimum), got {self.solver!r}")
+        if self.C <= 0 or self.tol <= 0 or self.max_iter < 1:
+            raise ConfigError(f"need C > 0, tol > 0 and max_iter >= 1, got C={self.C}, tol={self.tol}, "
+                              f"max_iter={self.max_iter}")
         if self.dtype not in ("float32", "float64"):
             raise ConfigError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
         return self
@@ -231,8 +246,11 @@ def truth_scores_from_activations(X, y, config: TruthScoresConfig | None = None,
     t0 = time.perf_counter()
     fit = fit_head_probes(X, y, folds=cfg.folds, fold_kind=cfg.fold_kind, epochs=cfg.epochs, lr=cfg.lr,
                           weight_decay=cfg.weight_decay, batch_size=cfg.batch_size, seed=cfg.seed, device=device,
-                          dtype=getattr(torch, cfg.dtype))
-    prov = {"recipe": "TruthProbe cv5 AdamW zero-init (spec §2.2)", "probe_seconds": time.perf_counter() - t0,
+                          dtype=getattr(torch, cfg.dtype), solver=cfg.solver, C=cfg.C, tol=cfg.tol,
+                          max_iter=cfg.max_iter)
+    recipe = ("TruthProbe cv5 AdamW zero-init (spec §2.2)" if cfg.solver == "adamw" else
+              f"L2 logistic optimum (scikit-learn LogisticRegression C={cfg.C}), batched L-BFGS tol={cfg.tol}")
+    prov = {"recipe": recipe, "solver": cfg.solver, "probe_seconds": time.perf_counter() - t0,
             "fold_test_indices": [te.tolist() for _, te in fit.folds]}
     prov.update(provenance or {})
     return TruthScores(scores=fit.accuracy.mean(0), fold_accuracy=fit.accuracy, fold_precision=fit.precision,
@@ -284,46 +302,49 @@ def _as_pairs(dataset) -> tuple[list[str], np.ndarray]:
 
 
 def capture_head_outputs(model, texts: Sequence[str], *, batch_size: int = 32, dtype=torch.float32,
-                         layers: Sequence[int] | None = None, progress=None, edits=None) -> torch.Tensor:
+                         layers: Sequence[int] | None = None, progress=None, edits=None, out_dir=None) -> torch.Tensor:
     """[N, n_layers, n_heads, d_head] per-head outputs z (attn_z, before W_O) at each text's last real token.
 
-    One forward per batch (padded rows are handled by the hook layer's `cache.last`); the forward stops after the
-    deepest captured layer. `progress(done, total)` is called after each batch.
+    Collected with `interplab.harvest` (positions="last"): one forward per batch, stopped after the deepest captured
+    layer; in RAM, or with `out_dir` as resumable safetensors shards on disk (re-running skips finished batches).
+    `progress(done, total)` is called after each batch.
     edits: Edits applied during capture (e.g. a HeadGate), or a callable (row_indices) -> list of Edits for
     per-batch edits (e.g. a planted signal that depends on each row's label)."""
+    from interplab.models.harvest import harvest
+
     layers = list(range(model.n_layers)) if layers is None else list(layers)
     sites = [f"attn_z.{layer}" for layer in layers]
-    out = torch.empty(len(texts), len(layers), model.n_heads, model.d_head, dtype=dtype)
-    with torch.no_grad():
-        for s in range(0, len(texts), batch_size):
-            chunk = list(texts[s:s + batch_size])
-            ed = edits(np.arange(s, s + len(chunk))) if callable(edits) else edits
-            res = model.run(chunk, capture=sites, logits=False, edits=ed)
-            out[s:s + len(chunk)] = torch.stack([res.cache.last(site) for site in sites], 1).to(dtype).cpu()
-            if progress is not None:
-                progress(min(s + batch_size, len(texts)), len(texts))
+    store = harvest(model, list(texts), sites, out_dir, batch_size=batch_size, positions="last", dtype=dtype,
+                    edits=edits, progress=progress)
+    out = torch.empty(store.n_rows, len(layers), model.n_heads, model.d_head, dtype=dtype)
+    for i, site in enumerate(sites):  # one site at a time: the store never holds two copies in RAM
+        out[:, i] = store.read(site)
     return out
 
 
 def truth_scores(model, dataset, *, site: str = "attn_z", folds: int = 5, epochs: int = 200, lr: float = 1e-2,
                  weight_decay: float = 1e-3, batch_size: int = 512, seed: int = 42, fold_kind: str = "kfold",
                  capture_batch_size: int = 32, dtype: str = "float32", device=None, progress=None,
-                 edits=None, return_activations: bool = False):
+                 edits=None, return_activations: bool = False, solver: str = "adamw", C: float = 1.0,
+                 tol: float = 1e-4, max_iter: int = 100, out_dir=None):
     """Truth-Score map of `model` on `dataset` ((text, label) pairs, label 1 = gold / context-supported).
 
     Collects each head's z at each text's last real token (one forward per batch), then trains all
     folds x layers x heads logistic probes at once. Returns TruthScores ([n_layers, n_heads] mean held-out accuracy);
     with return_activations=True returns (TruthScores, X [N, L, H, d_head], y).
-    edits: Edits active while collecting activations (see `capture_head_outputs`), e.g. to score a gated model."""
+    edits: Edits active while collecting activations (see `capture_head_outputs`), e.g. to score a gated model.
+    solver / C / tol / max_iter: see `TruthScoresConfig` ("adamw" = faithful recipe, "lbfgs" = fast optimum).
+    out_dir: harvest the activations to this folder (resumable safetensors shards, `interplab.harvest`) instead of RAM."""
     cfg = TruthScoresConfig(site=site, folds=folds, fold_kind=fold_kind, epochs=epochs, lr=lr,
                             weight_decay=weight_decay, batch_size=batch_size, seed=seed,
-                            capture_batch_size=capture_batch_size, dtype=dtype).validate()
+                            capture_batch_size=capture_batch_size, dtype=dtype, solver=solver, C=C, tol=tol,
+                            max_iter=max_iter).validate()
     texts, y = _as_pairs(dataset)
     if len(texts) < folds:
         raise InputError(f"need at least folds={folds} examples, got {len(texts)}")
     t0 = time.perf_counter()
     X = capture_head_outputs(model, texts, batch_size=cfg.capture_batch_size, dtype=getattr(torch, cfg.dtype),
-                             progress=progress, edits=edits)
+                             progress=progress, edits=edits, out_dir=out_dir)
     cap_s = time.perf_counter() - t0
     name = str(getattr(model, "name", "") or "")
     ts = truth_scores_from_activations(X, y, cfg, model=name, device=device, provenance={

@@ -32,10 +32,12 @@ class ProbeRecipe:
     lr: float = 1e-2
     weight_decay: float = 1e-3
     seed: int = 42
+    solver: str = "adamw"   # "adamw": the authors' recipe (faithful); "lbfgs": fast scikit-learn-equivalent optimum
+    C: float = 1.0          # inverse L2 strength of the "lbfgs" objective
 
     def probe_kwargs(self) -> dict:
         return dict(folds=self.folds, fold_kind=self.fold_kind, epochs=self.epochs, lr=self.lr,
-                    weight_decay=self.weight_decay, seed=self.seed)
+                    weight_decay=self.weight_decay, seed=self.seed, solver=self.solver, C=self.C)
 
 
 def _pair_stats(st: Mapping) -> dict:

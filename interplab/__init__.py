@@ -20,6 +20,7 @@ from interplab.core.errors import (  # noqa: E402
     ResultsError,
     ShapeError,
     SiteError,
+    UnknownTokenWarning,
 )
 
 __version__ = "0.1.0"
@@ -35,4 +36,5 @@ def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *
 __all__ = [
     "load_model", "__version__", "InterplabError", "ModelNotFoundError", "CheckpointError", "SiteError",
     "InputError", "ShapeError", "DataError", "ConfigError", "MissingDependencyError", "ResultsError",
+    "UnknownTokenWarning",
 ]

@@ -44,3 +44,8 @@ class MissingDependencyError(InterplabError, ImportError):
 
 class ResultsError(InterplabError):
     """A run directory is missing, incomplete or would be overwritten."""
+
+
+class UnknownTokenWarning(UserWarning):
+    """A prompt contains text the tokenizer maps to its unknown token (e.g. `<unk>`): the model sees a token it was
+    never trained to read. The message names the unknown pieces."""

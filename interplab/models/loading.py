@@ -154,25 +154,30 @@ def load_tokenizer(path: Path):
     return tok
 
 
-def load_hf_model(path: Path, *, device, dtype, trust_remote_code: bool = False):
+def load_hf_model(path: Path, *, device, dtype, trust_remote_code: bool = False, verbose: bool | None = None):
     from transformers import AutoModelForCausalLM
 
+    from interplab.core.quiet import hf_progress
+
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="eager",
-                                                     use_safetensors=True, trust_remote_code=trust_remote_code)
+        with hf_progress(verbose):
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="eager",
+                                                         use_safetensors=True, trust_remote_code=trust_remote_code)
     except Exception as e:
         raise CheckpointError(f"could not load weights from {path} ({type(e).__name__}: {e})") from None
     return model.to(device).eval()
 
 
-def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *, trust_remote_code: bool = False):
-    """Load a model as a `LabModel` on the chosen backend ("bridge" = TransformerBridge, "nnsight")."""
+def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *, trust_remote_code: bool = False,
+               verbose: bool | None = None):
+    """Load a model as a `LabModel` on the chosen backend ("bridge" = TransformerBridge, "nnsight"). Third-party
+    progress bars show only with verbose=True (default: $INTERPLAB_VERBOSE)."""
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}; use one of {BACKENDS}")
     display, path = resolve_checkpoint(name_or_path)
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     tok = load_tokenizer(path)
-    hf = load_hf_model(path, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    hf = load_hf_model(path, device=device, dtype=dtype, trust_remote_code=trust_remote_code, verbose=verbose)
     return _lab_model(hf, tok, backend, name=display, path=str(path), device=device, dtype=dtype,
                       trust_remote_code=trust_remote_code)
 

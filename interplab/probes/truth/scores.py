@@ -290,7 +290,7 @@ def capture_head_outputs(model, texts: Sequence[str], *, batch_size: int = 32, d
         for s in range(0, len(texts), batch_size):
             chunk = list(texts[s:s + batch_size])
             ed = edits(np.arange(s, s + len(chunk))) if callable(edits) else edits
-            res = model.run(chunk, capture=sites, logits=False, edits=ed)
+            res = model.run(chunk, capture=sites, logits=False, edits=ed, chat=False)
             out[s:s + len(chunk)] = torch.stack([res.cache.last(site) for site in sites], 1).to(dtype).cpu()
             if progress is not None:
                 progress(min(s + batch_size, len(texts)), len(texts))
@@ -352,7 +352,7 @@ def evidence_attention(model, dataset, *, evidence=None, batch_size: int = 32, r
     with torch.no_grad():
         for s in range(0, len(texts), batch_size):
             chunk = texts[s:s + batch_size]
-            res = model.run(chunk, capture=sites, logits=False)
+            res = model.run(chunk, capture=sites, logits=False, chat=False)
             batch = res.batch
             ids, lengths = batch.input_ids, batch.lengths
             b, p = ids.shape

@@ -7,6 +7,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · Models", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
+from interplab.app.runs_view import show_reopened_run  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.experiments.models import (model_summary, next_token_report, prompt_input,  # noqa: E402
@@ -18,6 +19,7 @@ st.title("Models")
 st.caption("Pick a zoo organism or a local checkpoint in the sidebar; run a prompt; read the next-token "
            "distribution and any head's attention pattern.")
 
+show_reopened_run(("next-token",))    # a saved next-token run reopened from the Runs page
 name, backend = model_picker("model")
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)

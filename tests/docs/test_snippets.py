@@ -31,7 +31,7 @@ def test_extract_sees_markers_and_order(tmp_path):
                   "```python\nassert x == 1\n```\n")
     blocks = extract(md)
     assert [b.needs for b in blocks] == [None, "gpu", None] and blocks[1].reason == "40 GB of weights"
-    assert blocks[2].line == 9
+    assert blocks[2].line == 10
 
 
 def _run(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -48,6 +48,7 @@ def test_a_failing_block_fails(tmp_path):
     assert out.returncode != 0 and "bad.md:4" in out.stderr and "documented output" in out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", DOCS_WITH_CODE, ids=lambda p: p.name)
 def test_documented_snippets_run(path, tmp_path):
     out = _run(path, tmp_path)

@@ -76,8 +76,12 @@ def show_run(run, key: str) -> None:
             continue
         st.markdown(f"**Result `{rn}`** ({type(res).__name__})")
         st.dataframe(frame if isinstance(frame, pd.DataFrame) else pd.DataFrame(frame), key=f"{key}_res_{rn}")
+    import interplab
+
     for fn in run.figure_names:
-        show_figure(run.figure(fn), key=f"{key}_fig_{fn}", filename=download_stem(run, fn))
+        meta = {"interplab_version": interplab.__version__, "figure": fn, "experiment": run.kind,
+                "run": run_label(run.kind, run.name), "config": run.config}
+        show_figure(run.figure(fn), key=f"{key}_fig_{fn}", filename=download_stem(run, fn), metadata=meta)
 
 
 def show_reopened_run(kinds: tuple[str, ...]):

@@ -46,11 +46,11 @@ class LabModel:
         # One hooked forward at a time per model: hooks live on the shared modules for the length of a forward, so
         # two threads' forwards must not overlap (see docs/reliability.md, "Concurrency contract").
         self._forward_lock = threading.Lock()
-        # Whether plain strings are user turns by default (docs/hook_layer.md, "Prompts: text and chat"): a tokenizer
-        # with a chat template, except an interplab organism whose card does not say it was trained in chat format
-        # (toy-base and text-base carry the template only so chat descendants share their tokenizer). Settable.
-        fmt = trained_prompt_format(path)
-        self.chat_default = self.is_chat and fmt in (None, "chat")
+        # Whether plain strings are user turns by default (docs/hook_layer.md, "Prompts: text and chat"): only for a
+        # checkpoint that declares it was trained on chats (an interplab card with format "chat", e.g. toy-chat).
+        # A template alone proves nothing (toy-base, text-base, random test checkpoints and many hub base models
+        # carry one), so elsewhere strings stay raw text as in transformers; assign True to opt in.
+        self.chat_default = self.is_chat and trained_prompt_format(path) == "chat"
 
     @property
     def backend(self) -> str:

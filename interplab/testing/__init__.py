@@ -61,20 +61,7 @@ def make_random_checkpoint(arch: str, path, *, n_layers: int = 2, d_model: int =
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path))
     tok.save_pretrained(str(path))
-    write_raw_card(path, f"random-{arch}")
     return path
-
-
-def write_raw_card(path, name: str) -> None:
-    """A minimal card saying the checkpoint was never trained on chats: it carries the ChatML template, but
-    `LabModel` reads plain strings as raw text (with <bos>) on it, as before chat prompting existed
-    (docs/hook_layer.md, "Prompts: text and chat"). Idempotent."""
-    import json
-
-    card = Path(path) / "card.json"
-    if not card.exists():
-        card.write_text(json.dumps({"name": name, "description": "random-init checkpoint (interplab.testing)",
-                                    "recipe": {"data": {"format": "raw"}}}, indent=2))
 
 
 # ------------------------------------------------------------------------------------ real architectures, random weights
@@ -119,7 +106,6 @@ def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", ca
         else Path.home() / ".cache" / "interplab") / "random-models"
     out = root / f"{name}-{key}"
     if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
-        write_raw_card(out, name)        # caches built before the card existed
         return out
     cfg = real_size_config(name, **overrides)
     torch.manual_seed(seed)
@@ -130,7 +116,6 @@ def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", ca
     try:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
-        write_raw_card(tmp, name)
         tmp.rename(out)
     except FileExistsError:  # another process finished the same build first
         shutil.rmtree(tmp, ignore_errors=True)

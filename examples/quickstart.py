@@ -45,7 +45,7 @@ def main(argv=None):
     from interplab.figures.models import attention_figure
 
     pattern = m.run(prompts[0], capture=["attn_pattern.0"]).cache["attn_pattern.0"][0, 0]
-    tokens = [m.tokenizer.decode([t]) for t in m.tokenize(prompts[0]).input_ids[0].tolist()]
+    tokens = [m.tokenizer.decode([t]) for t in m.tokenize(prompts[0]).input_ids[0].tolist()]   # the ids run() saw
     fig = attention_figure(pattern.numpy(), tokens, layer=0, head=0)
     path = Path(args.out or tempfile.mkdtemp(prefix="interplab_quickstart_")) / "attention.html"
     export(fig, path)
@@ -53,13 +53,17 @@ def main(argv=None):
     return 0
 
 
-def _prompts(m) -> list[str]:
-    """Two prompts the model's tokenizer knows (chat-formatted when the checkpoint has a chat template)."""
+def _prompts(m) -> list:
+    """Two prompts the model's tokenizer knows: chat conversations on a chat model (rendered by its own chat
+    template inside run/generate), plain text otherwise (docs/hook_layer.md, "Prompts: text and chat")."""
+    if m.name == "zoo:toy-chat":   # the organism's own task format: instruction = system turn, input = user turn
+        return [[{"role": "system", "content": "copy"}, {"role": "user", "content": "s1 s2 s3 sep"}],
+                [{"role": "system", "content": "rev"}, {"role": "user", "content": "s4 s5 s6 sep"}]]
     vocab = [w for w, _ in sorted(m.tokenizer.get_vocab().items(), key=lambda kv: kv[1]) if not w.startswith("<")]
     words = vocab[3:9] if len(vocab) > 9 else vocab
     texts = [" ".join(words[:3]), " ".join(words[3:5])]
-    if getattr(m.tokenizer, "chat_template", None):
-        return [m.tokenizer.decode(m.apply_chat_template([{"role": "user", "content": t}])) for t in texts]
+    if m.chat_default:
+        return [[{"role": "user", "content": t}] for t in texts]
     return texts
 
 

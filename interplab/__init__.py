@@ -21,6 +21,7 @@ from interplab.core.errors import (  # noqa: E402
     ResultsError,
     ShapeError,
     SiteError,
+    UnknownTokenWarning,
 )
 
 __version__ = "0.1.0"
@@ -45,4 +46,5 @@ __all__ = [
     "load_model", "harvest", "__version__", "InterplabError", "ModelNotFoundError", "CheckpointError", "SiteError",
     "InputError", "ShapeError", "DataError", "ConfigError", "MissingDependencyError", "ResultsError",
     "RemoteError",
+    "UnknownTokenWarning",
 ]

@@ -123,6 +123,7 @@ def cmd_run(args) -> int:
 
 # --------------------------------------------------------------------------------------------------- export
 def cmd_export(args) -> int:
+    from interplab import __version__
     from interplab.figures.export import SUPPORTED_FORMATS, export
     from interplab.results.runs import load_run
 
@@ -145,7 +146,10 @@ def cmd_export(args) -> int:
                 print(f"exists, skipped (use --force to replace): {target}", file=sys.stderr)
                 skipped += 1
                 continue
-            export(fig, target, width=args.width, height=args.height, scale=args.scale)
+            meta = {"interplab_version": __version__, "figure": name, "experiment": run.path.parent.name,
+                    "run": f"{run.path.parent.name}/{run.path.name}", "config": run.config}
+            export(fig, target, width=args.width, height=args.height, scale=args.scale, metadata=meta,
+                   self_contained=False)   # HTML: one plotly.min.js next to the figures
             print(target)
             written += 1
     print(f"exported {written} file(s)" + (f", skipped {skipped}" if skipped else ""), file=sys.stderr)

@@ -31,14 +31,27 @@ def _file_stem(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(key)).strip("_") or "figure"
 
 
-def show_figure(fig, key: str, *, filename: str | None = None, exports: bool = True):
-    """st.plotly_chart plus download buttons: HTML always, PNG/SVG/PDF when a Chromium is available.
+def _rendered(fig, fmt: str, metadata: dict | None) -> bytes:
+    from interplab.figures.export import PUBLICATION_SCALE, render
+
+    data = render(fig, fmt, scale=None if fmt == "html" else PUBLICATION_SCALE)   # the export default
+    if metadata is None:
+        return data
+    from interplab.figures.metadata import embed_metadata
+
+    return embed_metadata(data, fmt, metadata)
+
+
+def show_figure(fig, key: str, *, filename: str | None = None, exports: bool = True, metadata: dict | None = None):
+    """st.plotly_chart plus download buttons: HTML always, PNG/SVG/PDF when a Chromium is available. `filename`
+    names the downloads (default: the widget key); `metadata` (e.g. the run and config that made the figure,
+    `interplab.figures.metadata.figure_metadata`) is written into every downloaded file.
 
     Static images are rendered only when their button is clicked (deferred downloads), through the same
     `interplab.figures.export` code path as scripts and the CLI."""
     import plotly.graph_objects as go
 
-    from interplab.figures.export import MIME_TYPES, STATIC_FORMATS, render
+    from interplab.figures.export import MIME_TYPES, STATIC_FORMATS
 
     st.plotly_chart(fig, key=f"{key}__chart", width="stretch", config={"displaylogo": False})
     if not exports:
@@ -50,7 +63,7 @@ def show_figure(fig, key: str, *, filename: str | None = None, exports: bool = T
     for col, fmt in zip(cols, formats):
         with col:
             st.download_button(
-                f"{fmt.upper()}", data=(lambda f=fmt: render(frozen, f)), file_name=f"{stem}.{fmt}",
+                f"{fmt.upper()}", data=(lambda f=fmt: _rendered(frozen, f, metadata)), file_name=f"{stem}.{fmt}",
                 mime=MIME_TYPES[fmt], key=f"{key}__dl_{fmt}", on_click="ignore",
                 help=f"download this figure as {fmt.upper()}",
             )

@@ -49,3 +49,8 @@ class ResultsError(InterplabError):
 class RemoteError(InterplabError):
     """Something cannot run on a remote engine (nnsight `remote=True` / `remote="local"`): gradients, an edit that
     cannot be shipped as plain torch operations, or an option the remote path does not support."""
+
+
+class UnknownTokenWarning(UserWarning):
+    """A prompt contains text the tokenizer maps to its unknown token (e.g. `<unk>`): the model sees a token it was
+    never trained to read. The message names the unknown pieces."""

@@ -1,6 +1,10 @@
 """Figure export: one function, format chosen by the file suffix.
 
-- `.html`: a self-contained interactive page with plotly.js inlined (works offline, no browser needed).
+- `.html`: an interactive page that works offline: plotly.js inlined (`self_contained=True`, the default of `export`),
+  or, for the figures of a run (`save_figure`), one shared `plotly.min.js` next to them, so a run folder stays small.
+- Static formats default to a publication scale (`PUBLICATION_SCALE` = 2: a 700×500 figure becomes 1400×1000 px).
+- `metadata=` (a dict; `save_figure` passes the run, its config and the interplab version) is written into the file:
+  PNG tEXt chunk, SVG <metadata>, PDF info dictionary, HTML comment (`interplab.figures.metadata`).
 - `.png`, `.svg`, `.pdf`: static images rendered by kaleido 1.x in a local Chromium (Debian `chromium`; set
   `BROWSER_PATH` to point at another binary). MathJax is off, so nothing is fetched from a CDN. One headless
   Chromium is started on first use and reused for every later export in the process (closed at exit).
@@ -41,6 +45,8 @@ MIME_TYPES = {
     "pdf": "application/pdf",
 }
 _RENDER_TIMEOUT_S = 120.0
+PUBLICATION_SCALE = 2.0
+PLOTLYJS_NAME = "plotly.min.js"
 
 INSTALL_HINT = (
     "Static figure export (.png/.svg/.pdf) needs a local Chromium. Install it with `apt-get install chromium` "
@@ -184,14 +190,14 @@ def _fmt(fmt: str) -> str:
     return f
 
 
-def to_html(fig, *, width: int | None = None, height: int | None = None) -> str:
-    """Self-contained HTML (plotly.js inlined, no CDN)."""
+def to_html(fig, *, width: int | None = None, height: int | None = None, plotlyjs: str | None = None) -> str:
+    """HTML with plotly.js inlined (no CDN), or loading it from the relative path `plotlyjs` (e.g. "plotly.min.js")."""
     import plotly.graph_objects as go
 
     fig_dict = _check_fig(fig)
     f = go.Figure(fig_dict) if isinstance(fig, dict) else fig
     return f.to_html(
-        include_plotlyjs=True,
+        include_plotlyjs=plotlyjs or True,
         full_html=True,
         include_mathjax=False,
         default_width=f"{width}px" if width else "100%",
@@ -222,24 +228,42 @@ def render(fig, fmt: str, *, width: int | None = None, height: int | None = None
     return bytes(data)
 
 
-def export(fig, path, *, width: int | None = None, height: int | None = None, scale: float | None = None) -> Path:
+def export(fig, path, *, width: int | None = None, height: int | None = None, scale: float | None = None,
+           metadata: dict | None = None, self_contained: bool = True) -> Path:
     """Write `fig` to `path`; the suffix picks the format (.html, .png, .svg, .pdf). Returns the path.
 
-    `.html` is interactive and offline (plotly.js inlined). Static formats need a local Chromium and raise
-    `MissingDependencyError` (with the install command) when there is none. The write is atomic."""
+    `.html` is interactive and offline: plotly.js inlined, or with self_contained=False loaded from one
+    `plotly.min.js` written once into the same folder. Static formats render at `scale` (default
+    PUBLICATION_SCALE = 2), need a local Chromium and raise `MissingDependencyError` (with the install command)
+    when there is none. `metadata` (JSON-able dict) is embedded in the file. The write is atomic."""
     path = Path(path)
     if not path.suffix:
         raise InputError(f"cannot tell the figure format of {str(path)!r}: give it a suffix, one of "
                          + ", ".join("." + s for s in SUPPORTED_FORMATS))
     fmt = _fmt(path.suffix)
     if fmt == "html":
-        return write_text(path, to_html(fig, width=width, height=height))
-    return write_bytes(path, render(fig, fmt, width=width, height=height, scale=scale))
+        js = None
+        if not self_contained:
+            js = PLOTLYJS_NAME
+            if not (path.parent / js).is_file():
+                from plotly.offline import get_plotlyjs
+
+                write_text(path.parent / js, get_plotlyjs())
+        data = to_html(fig, width=width, height=height, plotlyjs=js).encode("utf-8")
+    else:
+        data = render(fig, fmt, width=width, height=height, scale=PUBLICATION_SCALE if scale is None else scale)
+    if metadata is not None:
+        from interplab.figures.metadata import embed_metadata
+
+        data = embed_metadata(data, fmt, metadata)
+    return write_bytes(path, data)
 
 
-def save_figure(run, name: str, fig, formats=("html",), *, overwrite: bool = False) -> list[Path]:
+def save_figure(run, name: str, fig, formats=("html",), *, overwrite: bool = False,
+                self_contained: bool = False) -> list[Path]:
     """Write `fig` into run folder `run` (a `RunDir`): figures/<name>.plotly.json (so `interplab export` can
-    re-render it) plus one file per format."""
+    re-render it) plus one file per format, each carrying the run, its config and the interplab version
+    (`interplab.figures.metadata`). HTML figures share figures/plotly.min.js unless `self_contained`."""
     if isinstance(formats, str):
         formats = (formats,)
     bad = [f for f in formats if str(f).lower().lstrip(".") not in SUPPORTED_FORMATS]
@@ -253,6 +277,8 @@ def save_figure(run, name: str, fig, formats=("html",), *, overwrite: bool = Fal
     for f in formats:
         f = str(f).lower().lstrip(".")
         out = run.target("figures", name, f".{f}", overwrite)
-        export(fig, out)
+        from interplab.figures.metadata import figure_metadata
+
+        export(fig, out, metadata=figure_metadata(run, name), self_contained=self_contained)
         paths.append(run.record(out, f"figure-{f}"))
     return paths

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 import weakref
 from typing import Any, Iterable, Sequence
 
 import torch
 
-from interplab.core.errors import InputError, RemoteError
+from interplab.core.errors import InputError, RemoteError, UnknownTokenWarning
 from interplab.core.edit import Edit, ModelShape, StepContext
 from interplab.models import weights
 from interplab.models.backends.base import ForwardRequest
-from interplab.models.inputs import Batch, to_batch
+from interplab.models.inputs import Batch, to_batch_checked
 from interplab.models.outputs import Cache, GenerateOutput, RunOutput
 from interplab.core.sites import Site, parse_site, parse_sites, valid_sites
 
@@ -55,6 +56,11 @@ class LabModel:
         self._forward_lock = threading.Lock()
         self.shape = ModelShape.of(self)
         self._validated: dict[int, weakref.ref] = {}
+        # Whether plain strings are user turns by default (docs/hook_layer.md, "Prompts: text and chat"): only for a
+        # checkpoint that declares it was trained on chats (an interplab card with format "chat", e.g. toy-chat).
+        # A template alone proves nothing (toy-base, text-base, random test checkpoints and many hub base models
+        # carry one), so elsewhere strings stay raw text as in transformers; assign True to opt in.
+        self.chat_default = self.is_chat and trained_prompt_format(path) == "chat"
 
     @property
     def backend(self) -> str:
@@ -112,15 +118,43 @@ class LabModel:
     def site(self, name: str) -> Site:
         return parse_site(name, self.n_layers)
 
-    def tokenize(self, inputs: Any, *, add_special_tokens: bool = True) -> Batch:
-        """Left-padded Batch with position ids counting real tokens only."""
-        batch = to_batch(inputs, self.tokenizer, add_special_tokens=add_special_tokens)
+    @property
+    def is_chat(self) -> bool:
+        """True when the checkpoint's tokenizer has a chat template (see `chat_default` for what plain strings mean)."""
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def tokenize(self, inputs: Any, *, chat: bool | None = None, add_special_tokens: bool = True,
+                 warn_unknown: bool = True) -> Batch:
+        """Left-padded Batch with position ids counting real tokens only: exactly the ids `run`/`generate` see.
+
+        Prompts (docs/hook_layer.md, "Prompts: text and chat"): a chat conversation (a list of {"role", "content"}
+        dicts, or a list of them) always goes through the checkpoint's chat template. A plain string, with
+        chat=None (the default), is rendered as one user turn when the model has a chat template, is tokenized as is
+        when it already holds the template's markers (e.g. `<|im_start|>`: no <bos> is added, the template decides),
+        and goes through `tokenizer(text)` (with its <bos>) on a model without a template. chat=False always
+        tokenizes plain text with the tokenizer's special tokens (a raw-format prompt); chat=True requires a
+        template. A model whose checkpoint was trained on raw text (`chat_default` False, e.g. toy-base) reads chat=None
+        as chat=False. Text the tokenizer maps to its unknown token raises an `UnknownTokenWarning` naming it."""
+        batch, unknown = to_batch_checked(inputs, self.tokenizer, add_special_tokens=add_special_tokens,
+                                          chat=self._chat(chat))
+        if unknown and warn_unknown:
+            warnings.warn(unknown_token_message(self.name, unknown), UnknownTokenWarning, stacklevel=3)
         if batch.input_ids.shape[1] > self.n_ctx:
             raise InputError(f"prompt of {batch.input_ids.shape[1]} tokens is longer than the model's context of "
                              f"{self.n_ctx} tokens; truncate it")
         if int(batch.input_ids.max()) >= self.d_vocab or int(batch.input_ids.min()) < 0:
             raise InputError(f"token ids must lie in [0, {self.d_vocab}); got max {int(batch.input_ids.max())}")
         return batch.to(self.device)
+
+    def unknown_tokens(self, inputs: Any, *, chat: bool | None = None) -> list[str]:
+        """The pieces of `inputs` (as `tokenize` would read them) that the tokenizer maps to its unknown token."""
+        return to_batch_checked(inputs, self.tokenizer, chat=self._chat(chat))[1]
+
+    def _chat(self, chat: bool | None) -> bool | None:
+        """chat=None means "the model's default": template rules on a chat model, plain text otherwise."""
+        if chat is None and not self.chat_default:
+            return "text"          # strings as raw text; an explicit conversation still uses the template
+        return chat
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
         """Token ids of a chat rendered with the checkpoint's own chat template."""
@@ -197,13 +231,14 @@ class LabModel:
         return {k: v.to(self.output_device) for k, v in captures.items()}
 
     def run(self, inputs: Any, capture: Sequence[str] | str = (), edits: Sequence[Edit] | None = None,
-            *, logits: bool = True, grad: bool = False) -> RunOutput:
-        """One forward over a (left-padded) batch; captures only the requested sites.
+            *, logits: bool = True, grad: bool = False, chat: bool | None = None) -> RunOutput:
+        """One forward over a (left-padded) batch; captures only the requested sites. `inputs` and `chat` as in
+        `tokenize` (chat models read plain strings as user turns unless chat=False).
 
         With logits=False the forward stops right after the deepest captured site. With grad=True the autograd
         graph is kept, so a loss on logits or captures back-propagates into edit parameters (e.g. a steering
         vector with requires_grad) and model weights."""
-        batch = self.tokenize(inputs)
+        batch = self.tokenize(inputs, chat=chat)
         sites = parse_sites(capture, self.n_layers) if capture else []
         ctx = StepContext("prefill", -1, batch.position_ids, batch.lengths, batch.attention_mask.bool())
         if not logits and not sites:
@@ -217,8 +252,9 @@ class LabModel:
     def generate(self, inputs: Any, max_new_tokens: int = 16, edits: Sequence[Edit] | None = None,
                  capture: Sequence[str] | str = (), *, greedy: bool = True, temperature: float = 1.0,
                  seed: int | None = None, stop_at_eos: bool = True, use_cache: bool = True,
-                 return_logits: bool = True) -> GenerateOutput:
+                 return_logits: bool = True, chat: bool | None = None) -> GenerateOutput:
         """Generate with the KV cache (use_cache=False recomputes the whole sequence each step: the reference).
+        `inputs` and `chat` as in `tokenize` (chat models read plain strings as user turns unless chat=False).
 
         Every edit sees an explicit StepContext; captures of the prompt forward go to `prefill_cache`, captures of
         each decode forward to `decode_cache[site]` as [b, n_steps, ...] (the state of the token fed at that step)."""
@@ -226,7 +262,7 @@ class LabModel:
             raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if not greedy and temperature <= 0:
             raise InputError("sampling needs temperature > 0 (or greedy=True)")
-        batch = self.tokenize(inputs)
+        batch = self.tokenize(inputs, chat=chat)
         b, T = batch.input_ids.shape
         if int(batch.lengths.max()) + max_new_tokens > self.n_ctx:
             raise InputError(f"prompt ({int(batch.lengths.max())} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
@@ -344,6 +380,29 @@ class LabModel:
         logit_steps = list(logits.unbind(1)) if return_logits else []
         return self._finish(batch, new, logit_steps, list(actives), Cache(self._out(pre_caps), batch), caps,
                             stop_at_eos)
+
+
+def trained_prompt_format(path: str | None) -> str | None:
+    """How an interplab organism was trained, from its card (card.json, recipe.data.format): "chat", "raw", or
+    "text" when the card records no format; None for a checkpoint without a card (any non-interplab model)."""
+    import json
+    from pathlib import Path
+
+    if not path or not (Path(path) / "card.json").is_file():
+        return None
+    try:
+        card = json.loads((Path(path) / "card.json").read_text())
+        return ((card.get("recipe") or {}).get("data") or {}).get("format") or "text"
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def unknown_token_message(model_name: str, unknown: list[str]) -> str:
+    """One line naming the prompt pieces a tokenizer could not read (shared by the warning and the app notice)."""
+    names = sorted(set(unknown))
+    shown = ", ".join(repr(u) for u in names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    return (f"{len(unknown)} piece(s) of the prompt are unknown to {model_name}'s tokenizer and became its unknown "
+            f"token: {shown}. Use words from its vocabulary (model.tokenizer.get_vocab()).")
 
 
 def _stop_ids(tokenizer, hf_model) -> torch.Tensor:

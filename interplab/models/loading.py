@@ -126,13 +126,15 @@ def load_tokenizer(path: Path):
 
 
 def load_hf_model(path: Path, *, device, dtype, trust_remote_code: bool = False, device_map=None,
-                  max_memory=None, offload_folder=None, attn_implementation: str = "auto", allow_pickle: bool = False):
+                  max_memory=None, offload_folder=None, attn_implementation: str = "auto", allow_pickle: bool = False,
+                  verbose: bool | None = None):
     """The transformers model, on `device` or dispatched by accelerate over `device_map` (with `max_memory` and
     `offload_folder` for "disk" targets). attn_implementation="auto" keeps the model's default (SDPA where
     supported); LabModel switches to eager only for forwards that touch attn_pattern."""
+    import torch
     from transformers import AutoModelForCausalLM
 
-    import torch
+    from interplab.core.quiet import hf_progress
 
     kw = dict(dtype=dtype, use_safetensors=not (allow_pickle and not any(Path(path).glob("*.safetensors"))),
               trust_remote_code=trust_remote_code)
@@ -145,7 +147,8 @@ def load_hf_model(path: Path, *, device, dtype, trust_remote_code: bool = False,
     if device_map is not None:
         kw.update(device_map=device_map, max_memory=max_memory, offload_folder=offload_folder)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), **kw)
+        with hf_progress(verbose):  # no third-party "Loading weights" bar unless verbose / $INTERPLAB_VERBOSE
+            model = AutoModelForCausalLM.from_pretrained(str(path), **kw)
     except Exception as e:
         raise CheckpointError(f"could not load weights from {path} ({type(e).__name__}: {e})") from None
     return (model if device_map is not None else model.to(device)).eval()
@@ -170,7 +173,8 @@ def _check_placement(backend: str, device_map, max_memory, offload_folder, remot
 
 def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *, device_map=None,
                max_memory=None, offload_folder=None, attn_implementation: str = "auto", remote=False,
-               output_device="cpu", trust_remote_code: bool = False, allow_pickle: bool = False):
+               output_device="cpu", trust_remote_code: bool = False, allow_pickle: bool = False,
+               verbose: bool | None = None):
     """Load a model as a `LabModel` on the chosen backend ("bridge" = TransformerBridge, "nnsight").
 
     dtype: None (float32), a torch dtype, "auto" (the checkpoint's) or "bfloat16"/"float16"/"float32".
@@ -182,7 +186,8 @@ def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *
         runs nnsight's local simulation of it (serialize, hide interplab, deserialize, run here).
     output_device: where `run`/`generate` return captures (default CPU).
     trust_remote_code / allow_pickle: off by default (docs/reliability.md); they let a checkpoint run its own Python
-        code / load pickle (`.bin`) weights."""
+        code / load pickle (`.bin`) weights.
+    verbose: show third-party progress bars (default: $INTERPLAB_VERBOSE)."""
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}; use one of {BACKENDS}")
     _check_placement(backend, device_map, max_memory, offload_folder, remote)
@@ -193,7 +198,7 @@ def load_model(name_or_path, backend: str = "bridge", device=None, dtype=None, *
     tok = load_tokenizer(path)
     hf = load_hf_model(path, device=device, dtype=dtype, trust_remote_code=trust_remote_code, device_map=device_map,
                        max_memory=max_memory, offload_folder=offload_folder,
-                       attn_implementation=attn_implementation, allow_pickle=allow_pickle)
+                       attn_implementation=attn_implementation, allow_pickle=allow_pickle, verbose=verbose)
     return _lab_model(hf, tok, backend, name=display, path=str(path), device=device, dtype=hf.dtype,
                       trust_remote_code=trust_remote_code, remote=remote, output_device=output_device,
                       attn_implementation=attn_implementation)

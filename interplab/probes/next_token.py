@@ -85,9 +85,31 @@ class NextTokenResult(Result):
         return self.top.copy()
 
 
-def next_token_report(model, prompt: str, *, layer: int = 0, top_k: int = 10, edits=()) -> NextTokenResult:
+def suggest_chat(model) -> tuple[str, str]:
+    """(system, user) turns for a chat model's first prompt: a task the toy organisms were tuned on when the
+    tokenizer knows its words (instruction = system turn, docs/zoo.md), else no system turn and `suggest_prompt`."""
+    try:
+        vocab = model.tokenizer.get_vocab()
+        if all(w in vocab for w in ("copy", "s1", "s2", "s3", "sep")):
+            return "copy", "s1 s2 s3 sep"
+    except Exception:  # noqa: BLE001 - a suggestion must never fail a page
+        pass
+    return "", suggest_prompt(model)
+
+
+def prompt_input(model, prompt: str, system: str = "", chat: bool | None = None):
+    """What `model.run` is given for a (system, user) prompt: a conversation when a system turn is set (chat
+    models), else the user text, read by the model's prompt rule (docs/hook_layer.md, "Prompts: text and chat")."""
+    if system.strip() and chat is not False and model.is_chat:
+        return [{"role": "system", "content": system.strip()}, {"role": "user", "content": prompt}]
+    return prompt
+
+
+def next_token_report(model, prompt: str, *, layer: int = 0, top_k: int = 10, edits=(), system: str = "",
+                      chat: bool | None = None) -> NextTokenResult:
     """One forward of `prompt` (under `edits`, if any): the `top_k` most likely next tokens and
-    `attn_pattern.<layer>` for every head."""
+    `attn_pattern.<layer>` for every head. `system` (chat models) adds a system turn; `chat` as in `LabModel.run`
+    (None: the model's default)."""
     import pandas as pd
     import torch
 
@@ -98,7 +120,7 @@ def next_token_report(model, prompt: str, *, layer: int = 0, top_k: int = 10, ed
     top_k = min(int(top_k), int(model.d_vocab))
     site = f"attn_pattern.{int(layer)}"
     with torch.no_grad():
-        out = model.run(prompt, capture=[site], edits=list(edits))
+        out = model.run(prompt_input(model, prompt, system, chat), capture=[site], edits=list(edits), chat=chat)
     ids = out.batch.input_ids[0]
     mask = out.batch.attention_mask[0].bool()
     ids = ids[mask].tolist()  # one prompt: no padding, but be exact
@@ -118,7 +140,7 @@ def next_token_report(model, prompt: str, *, layer: int = 0, top_k: int = 10, ed
     pat = pat[:, mask][:, :, mask].cpu().numpy()
     return NextTokenResult(prompt=prompt, tokens=tokens, input_ids=ids, layer=int(layer), top=top, pattern=pat,
                            config={"model": str(getattr(model, "name", "")), "layer": int(layer), "top_k": top_k,
-                                   "edits": [repr(e) for e in edits]})
+                                   "edits": [repr(e) for e in edits], "system": system, "chat": chat})
 
 
 def token_steer(model, token: str, layer: int, scale: float):

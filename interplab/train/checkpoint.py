@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from interplab.core.errors import ResultsError
+from interplab.core.quiet import hf_progress
 from interplab.models.checkpoints import CHECKSUMS, sha256_file, validate_checkpoint
 
 TRAIN_INFO = "interplab_train.json"
@@ -41,7 +42,8 @@ def save_checkpoint(model, tokenizer, out_dir, *, train_info: Mapping[str, Any] 
         model.generation_config.eos_token_id = list(stop_token_ids)
     if tokenizer.pad_token_id is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(tmp, safe_serialization=True)
+    with hf_progress():                       # no "Writing model shards" bar unless INTERPLAB_VERBOSE
+        model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     weights = sorted(p.name for p in tmp.glob("*.safetensors"))
     write_json(tmp / CHECKSUMS, {w: sha256_file(tmp / w) for w in weights})

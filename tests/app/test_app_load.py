@@ -23,11 +23,11 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"needs the system Chromium at {CHROMIUM}"),
 ]
 
-EDITS = [  # (query string, what to compute in Python)
-    ("edit=steer&token=make&layer=2&scale=8", ("steer", "make", 2, 8.0)),
-    ("edit=steer&token=v27&layer=1&scale=6", ("steer", "v27", 1, 6.0)),
-    ("edit=ablate&layer=1&heads=0,1", ("ablate", (0, 1), 1)),
-    ("edit=ablate&layer=3&heads=2", ("ablate", (2,), 3)),
+EDITS = [  # (query string, what to compute in Python): four edits with four different top-token probabilities
+    ("edit=steer&token=make&layer=2&scale=40", ("steer", "make", 2, 40.0)),
+    ("edit=steer&token=s3&layer=3&scale=30", ("steer", "s3", 3, 30.0)),
+    ("edit=steer&token=make&layer=3&scale=30", ("steer", "make", 3, 30.0)),
+    ("edit=ablate&layer=3&heads=0,1,2,3", ("ablate", (0, 1, 2, 3), 3)),
 ]
 CLEAN = re.compile(r"Top next tokens\*?\*? — top token (\S+), p = ([0-9.]+)")
 TOP = re.compile(r"under the edit\*?\*? \(.*?\) — top token (\S+), p = ([0-9.]+)")
@@ -36,17 +36,18 @@ TOP = re.compile(r"under the edit\*?\*? \(.*?\) — top token (\S+), p = ([0-9.]
 def _expected():
     import interplab
     from interplab.interventions import Ablate
-    from interplab.probes.next_token import next_token_report, suggest_prompt, token_steer
+    from interplab.probes.next_token import next_token_report, suggest_chat, token_steer
 
     m = interplab.load_model("zoo:toy-chat")
-    prompt = suggest_prompt(m)
+    system, prompt = suggest_chat(m)  # the page's defaults for a chat organism
     out = {}
     for q, spec in EDITS:
         edit = (token_steer(m, spec[1], spec[2], spec[3]) if spec[0] == "steer"
                 else Ablate(f"attn_z.{spec[2]}", heads=list(spec[1])))
-        top = next_token_report(m, prompt, top_k=10, edits=[edit]).top.iloc[0]
+        top = next_token_report(m, prompt, top_k=10, edits=[edit], system=system).top.iloc[0]
         out[q] = (str(top["token"]), f"{top['prob']:.4f}")
-    top = next_token_report(m, prompt, top_k=10).top.iloc[0]
+    assert len(set(out.values())) == len(EDITS), f"the edits must give distinct results to detect mixing: {out}"
+    top = next_token_report(m, prompt, top_k=10, system=system).top.iloc[0]
     out["clean"] = (str(top["token"]), f"{top['prob']:.4f}")
     return out
 

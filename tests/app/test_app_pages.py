@@ -98,3 +98,25 @@ def test_home_and_models_with_random_checkpoint(monkeypatch, tmp_path, ckpt, sma
     arch = at.dataframe[0].value
     assert dict(zip(arch["property"], arch["value"]))["architecture"] == "GPT2LMHeadModel"
     assert "layer 0, head 1" in _text(at)
+
+
+def test_models_page_prompts_chat_organisms_through_their_template(monkeypatch):
+    """Issue 15 item 2: toy-chat opens in the chat form (system + user turn through its template, no <bos>) and
+    answers its task; a word the tokenizer does not know gets a notice naming it."""
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", "zoo:toy-chat")
+    at = AppTest.from_file(MODELS, default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    assert at.radio(key="models_form").value == "chat template"
+    assert at.text_input(key="models_system").value == "copy"
+    tokens = _text(at).split("**Tokens")[1]
+    assert "`<|im_start|>`" in tokens and "`<bos>`" not in tokens
+    assert at.dataframe[1].value["token"].iloc[0] == "s1"          # copy s1 s2 s3 -> first answer token s1
+    assert not at.warning
+
+    at.text_input(key="models_prompt").input("s1 zebra sep").run()
+    assert not at.exception, at.exception
+    assert len(at.warning) == 1 and "'zebra'" in at.warning[0].value
+
+    at.radio(key="models_form").set_value("raw text (+ <bos>)").run()
+    assert not at.exception, at.exception
+    assert "`<bos>`" in _text(at).split("**Tokens")[1]

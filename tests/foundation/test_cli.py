@@ -145,9 +145,14 @@ def test_run_next_token_end_to_end_and_export(ckpt, tmp_path, capsys):
     fmts = "html,svg" if chromium_available() else "html"
     assert main(["export", str(run_path), "--format", fmts, "--out", str(out)]) == 0
     want = {f"{n}.{f}" for n in ("attention", "top_tokens") for f in fmts.split(",")}
-    assert {p.name for p in out.iterdir()} == want
+    assert {p.name for p in out.iterdir()} == want | {"plotly.min.js"}   # the HTML figures share one plotly.js
+    from interplab.figures.metadata import read_metadata
+
+    meta = read_metadata((out / "attention.html").read_bytes(), "html")   # the run and its config travel along
+    assert meta["experiment"] == "next-token" and meta["run"].endswith(run_path.name) and "prompt" in meta["config"]
     if chromium_available():
         assert (out / "attention.svg").read_bytes().lstrip().startswith(b"<svg")
+        assert read_metadata((out / "attention.svg").read_bytes(), "svg")["figure"] == "attention"
     capsys.readouterr()
     assert main(["export", str(run_path), "--format", "html", "--out", str(out)]) == 0  # no silent overwrite
     assert "skipped" in capsys.readouterr().err

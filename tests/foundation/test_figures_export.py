@@ -66,7 +66,7 @@ def test_static_formats_render_with_system_chromium(tmp_path):
     from PIL import Image
 
     im1 = Image.open(tmp_path / "f.png")
-    assert im1.size == (400, 300)
-    im2 = Image.open(export(fig, tmp_path / "g.png", width=400, height=300, scale=2))
-    assert im2.size == (800, 600)
+    assert im1.size == (800, 600)            # the publication default: scale 2
+    im2 = Image.open(export(fig, tmp_path / "g.png", width=400, height=300, scale=1))
+    assert im2.size == (400, 300)
     assert render(fig, "svg").lstrip().startswith(b"<svg")

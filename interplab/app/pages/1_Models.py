@@ -7,31 +7,36 @@ import streamlit as st
 st.set_page_config(page_title="interplab · Models", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
+from interplab.app.runs_view import show_reopened_run  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.interventions import Ablate  # noqa: E402
-from interplab.probes.next_token import model_summary, next_token_report, suggest_prompt, token_steer  # noqa: E402
+from interplab.models.lab_model import unknown_token_message  # noqa: E402
+from interplab.probes.next_token import (model_summary, next_token_report, prompt_input, suggest_chat,  # noqa: E402
+                                         suggest_prompt, token_steer)
 from interplab.figures.models import attention_figure, top_tokens_figure  # noqa: E402
 
 st.title("Models")
 st.caption("Pick a zoo organism or a local checkpoint in the sidebar; run a prompt; read the next-token "
            "distribution and any head's attention pattern.")
 
+show_reopened_run(("next-token",))    # a saved next-token run reopened from the Runs page
 name, backend = model_picker("model")
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the prompt...")
-def _report(key: tuple, prompt: str, layer: int, top_k: int, _model=None):
+def _report(key: tuple, prompt: str, layer: int, top_k: int, system: str = "", chat=None, _model=None):
     # `key` = (normalized name, backend, device, dtype) identifies the model; `_model` is not hashed.
-    return next_token_report(_model, prompt, layer=layer, top_k=top_k)
+    return next_token_report(_model, prompt, layer=layer, top_k=top_k, system=system, chat=chat)
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the prompt under the edit...")
-def _report_edited(key: tuple, prompt: str, top_k: int, edit_key: tuple, _model=None, _edits=()):
+def _report_edited(key: tuple, prompt: str, top_k: int, edit_key: tuple, system: str = "", chat=None, _model=None,
+                   _edits=()):
     # `edit_key` (the edit's full description) identifies the edits; the Edit objects themselves are not hashed
-    return next_token_report(_model, prompt, layer=0, top_k=top_k, edits=_edits)
+    return next_token_report(_model, prompt, layer=0, top_k=top_k, edits=_edits, system=system, chat=chat)
 
 
 summary = model_summary(model)
@@ -58,9 +63,24 @@ for _k, _hi, _default in (("models_layer", model.n_layers - 1, 0), ("models_head
     st.session_state.setdefault(_k, _default)
     if st.session_state[_k] > _hi:
         st.session_state[_k] = _hi
+# Chat models are prompted through their chat template (docs/hook_layer.md, "Prompts: text and chat").
+system, chat = "", None
+if model.chat_default:
+    sys_default, user_default = suggest_chat(model)
+    s1, s2 = st.columns([2, 3])
+    form = s1.radio("Prompt form", ["chat template", "raw text (+ <bos>)"], horizontal=True, key="models_form",
+                    help="Chat template: the turns below are rendered by the checkpoint's own template, as the "
+                         "model was tuned. Raw text: the tokenizer's plain encoding, with its <bos>.")
+    chat = None if form == "chat template" else False
+    if chat is None:
+        system = s2.text_input("System turn (the task instruction for the toy organisms)", value=sys_default,
+                               key="models_system")
+else:
+    user_default = suggest_prompt(model)
 c1, c2, c3, c4 = st.columns([4, 1, 1, 1])
 with c1:
-    prompt = st.text_input("Prompt", value=suggest_prompt(model), key="models_prompt")
+    prompt = st.text_input("Prompt" if not model.chat_default else "User turn", value=user_default,
+                           key="models_prompt")
 with c2:
     layer = st.number_input("Layer", min_value=0, max_value=model.n_layers - 1, step=1, key="models_layer")
 with c3:
@@ -73,7 +93,11 @@ if not prompt.strip():
     st.stop()
 
 try:
-    res = _report((state.normalize_name(name), backend, device, dtype), prompt, int(layer), int(top_k), _model=model)
+    unknown = model.unknown_tokens(prompt_input(model, prompt, system, chat), chat=chat)
+    if unknown:
+        st.warning(unknown_token_message(model.name, unknown))
+    res = _report((state.normalize_name(name), backend, device, dtype), prompt, int(layer), int(top_k),
+                  system, chat, _model=model)
 except InterplabError as exc:
     st.error(f"Cannot run this prompt: {exc}")
     st.stop()
@@ -122,7 +146,7 @@ try:
         edit_label = f"zero heads {heads} at attn_z.{int(edit_layer)}"
     if edits:
         edited = _report_edited((state.normalize_name(name), backend, device, dtype), prompt, int(top_k),
-                                (edit_label,), _model=model, _edits=edits)
+                                (edit_label,), system, chat, _model=model, _edits=edits)
 except (InterplabError, ValueError) as exc:
     st.error(f"Cannot apply this edit: {exc}")
     st.stop()

@@ -19,6 +19,9 @@ from interplab.probes.truth import (RELEASED_PAIRS, correlation_matrix, evidence
                                     gating_sweep, lineage_correlation, load_released_maps, per_layer_correlation)
 
 st.title("Truth Scores · lineage inheritance · TruthProbe gating")
+from interplab.app.runs_view import show_reopened_run  # noqa: E402
+
+show_reopened_run(("truth-",))        # a saved run reopened from the Runs page (its results and figures)
 st.caption("S(l,h) = 5-fold cross-validated accuracy of a logistic probe on head (l,h)'s output z (before W_O) at "
            "the last prompt token, separating context-supported (gold) from hallucinated answers. It measures "
            "decodability of the dataset label, not a causal role. Gating scales every head by g(l,h) at every "

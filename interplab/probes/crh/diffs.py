@@ -42,7 +42,7 @@ def concept_acts(model, texts: Sequence, *, layer: int, position: str = "last", 
     out = []
     with torch.no_grad():
         for i in range(0, len(texts), batch_size):
-            res = model.run(texts[i: i + batch_size], capture=[name], logits=False)
+            res = model.run(texts[i: i + batch_size], capture=[name], logits=False, chat=False)
             if position == "last":
                 a = res.cache.last(name)
             else:

@@ -88,7 +88,8 @@ def collect_decode_states_multi(model, prompts_by_task: Mapping[str, Sequence], 
         prompts = _prompt_list(name, prompts)
         parts: dict[int, list] = {l: [] for l in sites}
         for chunk in _chunks(prompts, batch_size):
-            gen = model.generate(chunk, max_new_tokens=max_new_tokens + 1, capture=list(sites.values()), edits=edits)
+            gen = model.generate(chunk, max_new_tokens=max_new_tokens + 1, capture=list(sites.values()), edits=edits,
+                                  chat=False)
             act = gen.decode_active
             if act is not None and act.numel():
                 # also stop rows at a non-EOS stop token (e.g. <|im_end|> of a chat organism): the state of
@@ -122,7 +123,7 @@ def collect_prefill_states(model, prompts_by_task: Mapping[str, Sequence], *, la
     out = {}
     for name, prompts in prompts_by_task.items():
         prompts = _prompt_list(name, prompts)
-        parts = [model.run(chunk, capture=[site], edits=edits, logits=False).cache.last(site)
+        parts = [model.run(chunk, capture=[site], edits=edits, logits=False, chat=False).cache.last(site)
                  .detach().double().cpu().numpy() for chunk in _chunks(prompts, batch_size)]
         out[str(name)] = _subsample(np.concatenate(parts, 0), max_states_per_task, rng)
     return out

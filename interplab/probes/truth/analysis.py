@@ -101,7 +101,7 @@ def verification_accuracy(model, items, edits=None, *, batch_size: int = 64, tru
     with torch.no_grad():
         for s in range(0, len(items), batch_size):
             chunk = items[s:s + batch_size]
-            logits = model.run([it["text"] for it in chunk], edits=edits).logits[:, -1]
+            logits = model.run([it["text"] for it in chunk], edits=edits, chat=False).logits[:, -1]
             pred_true = logits[:, t_id] > logits[:, f_id]
             lab = torch.as_tensor([it["label"] for it in chunk], device=pred_true.device).bool()
             correct += int((pred_true == lab).sum())

@@ -111,7 +111,7 @@ def context_following(model, items: list[dict], edits=None, *, batch_size: int =
     for s in range(0, len(items), batch_size):
         chunk = items[s:s + batch_size]
         gen = model.generate([it["text"] for it in chunk], max_new_tokens=max_new_tokens, edits=edits,
-                             return_logits=False)
+                             return_logits=False, chat=False)
         for toks in gen.new_tokens:
             first = model.tokenizer.convert_ids_to_tokens(toks[:1])[0] if toks else ""
             answers.append(first)

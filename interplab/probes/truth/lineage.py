@@ -55,6 +55,14 @@ def within_layer_permutations(n_layers: int, n_heads: int, n_permutations: int, 
     return np.argsort(rng.random((n_permutations, n_layers, n_heads)), axis=-1)
 
 
+def _row_mean(X: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Mean of each row of X over the entries where `ok`, [L, 1]; NaN for a row with none (np.nanmean would warn
+    "Mean of empty slice")."""
+    cnt = ok.sum(1, keepdims=True)
+    tot = np.where(ok, X, 0.0).sum(1, keepdims=True)
+    return np.divide(tot, cnt, out=np.full(tot.shape, np.nan), where=cnt > 0)
+
+
 def lineage_correlation(a, b, *, top_k_frac: float = 0.05, n_permutations: int = 1000, seed: int = 0,
                         clip_negative: bool = False, return_null: bool = False) -> dict:
     """Similarity of two Truth-Score maps of the same architecture.
@@ -86,9 +94,8 @@ def lineage_correlation(a, b, *, top_k_frac: float = 0.05, n_permutations: int =
         raise DataError(f"only {av.size} heads are non-NaN in both maps; need at least 3")
     pearson = float(stats.pearson(av, bv))
     spearman = stats.spearman(av, bv)
-    with np.errstate(invalid="ignore"):
-        Ac = A - np.nanmean(np.where(ok, A, np.nan), axis=1, keepdims=True)
-        Bc = Bm - np.nanmean(np.where(ok, Bm, np.nan), axis=1, keepdims=True)
+    Ac = A - _row_mean(A, ok)       # a layer with no head valid in both maps has no mean (and no entry in [ok])
+    Bc = Bm - _row_mean(Bm, ok)
     centered = float(stats.pearson(Ac[ok], Bc[ok]))
     jac = topk_jaccard(np.where(ok, A, np.nan), np.where(ok, Bm, np.nan), top_k_frac)
     k = max(1, int(round(top_k_frac * av.size)))
@@ -114,8 +121,9 @@ def lineage_correlation(a, b, *, top_k_frac: float = 0.05, n_permutations: int =
             den = np.sqrt((ac ** 2).reshape(n_permutations, -1).sum(-1) * (bc ** 2).reshape(n_permutations, -1).sum(-1))
             null = num / den
         out["perm_p"] = float((np.sum(null >= pearson) + 1) / (n_permutations + 1))
-        out["null_mean"] = float(np.nanmean(null))
-        out["null_q95"] = float(np.nanquantile(null, 0.95))
+        finite = null[np.isfinite(null)]        # a permutation with zero variance has no correlation
+        out["null_mean"] = float(finite.mean()) if finite.size else float("nan")
+        out["null_q95"] = float(np.quantile(finite, 0.95)) if finite.size else float("nan")
         if return_null:
             out["null"] = null
     return out

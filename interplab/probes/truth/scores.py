@@ -315,7 +315,7 @@ def capture_head_outputs(model, texts: Sequence[str], *, batch_size: int = 32, d
     layers = list(range(model.n_layers)) if layers is None else list(layers)
     sites = [f"attn_z.{layer}" for layer in layers]
     store = harvest(model, list(texts), sites, out_dir, batch_size=batch_size, positions="last", dtype=dtype,
-                    edits=edits, progress=progress)
+                    edits=edits, progress=progress, chat=False)
     out = torch.empty(store.n_rows, len(layers), model.n_heads, model.d_head, dtype=dtype)
     for i, site in enumerate(sites):  # one site at a time: the store never holds two copies in RAM
         out[:, i] = store.read(site)
@@ -381,7 +381,7 @@ def evidence_attention(model, dataset, *, evidence=None, batch_size: int = 32, r
     with torch.no_grad():
         for s in range(0, len(texts), batch_size):
             chunk = texts[s:s + batch_size]
-            res = model.run(chunk, capture=sites, logits=False)
+            res = model.run(chunk, capture=sites, logits=False, chat=False)
             batch = res.batch
             ids, lengths = batch.input_ids, batch.lengths
             b, p = ids.shape

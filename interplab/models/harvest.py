@@ -240,10 +240,10 @@ def _selection(batch, positions, start: int) -> torch.Tensor:
     return sel
 
 
-def _harvest_batch(model, chunk, start, names, positions, dtype, edits) -> dict[str, torch.Tensor]:
+def _harvest_batch(model, chunk, start, names, positions, dtype, edits, chat=None) -> dict[str, torch.Tensor]:
     ed = edits(np.arange(start, start + len(chunk))) if callable(edits) else edits
     with torch.no_grad():
-        res = model.run(list(chunk), capture=names, logits=False, edits=ed)
+        res = model.run(list(chunk), capture=names, logits=False, edits=ed, chat=chat)
     sel = _selection(res.batch, positions, start)
     b, width = sel.shape
     lengths = res.batch.lengths.cpu()
@@ -257,7 +257,7 @@ def _harvest_batch(model, chunk, start, names, positions, dtype, edits) -> dict[
 
 def harvest(model, inputs: Sequence[Any], sites: Sequence[str] | str, out_dir=None, *, batch_size: int = 32,
             positions: str | Callable | Sequence[Sequence[int]] = "last", dtype: torch.dtype | str | None = None,
-            edits=None, progress: Callable[[int, int], None] | None = None):
+            edits=None, progress: Callable[[int, int], None] | None = None, chat: bool | None = None):
     """Run `model` over `inputs` in batches and keep the activations of `sites` at the chosen positions.
 
     inputs: prompts (strings or token-id lists) as `LabModel.run` takes them. sites: canonical names (attn_pattern is
@@ -267,7 +267,8 @@ def harvest(model, inputs: Sequence[Any], sites: Sequence[str] | str, out_dir=No
     positions: "last" | "all" | callable(batch) -> bool [b, width] | per-prompt lists of positions.
     dtype: storage dtype (default float32; None is not the model's dtype on purpose: float32 is what every method
         reads). edits: Edits active during the forwards, or a callable (prompt indices) -> Edits per batch.
-    progress(done_prompts, total_prompts) is called after each batch (also for skipped ones)."""
+    progress(done_prompts, total_prompts) is called after each batch (also for skipped ones).
+    chat: how strings are read, as in `LabModel.run` (False: raw text even on a chat organism)."""
     if isinstance(sites, str):
         sites = [sites]
     names = [str(s) for s in parse_sites(list(sites), model.n_layers)]
@@ -293,19 +294,22 @@ def harvest(model, inputs: Sequence[Any], sites: Sequence[str] | str, out_dir=No
             "dtype": str(dtype).replace("torch.", ""), "n_inputs": len(inputs), "inputs_sha256": _fingerprint(inputs),
             "edits": None if edits is None else (f"callable:{getattr(edits, '__qualname__', '?')}" if callable(edits)
                                                  else repr(list(edits)))}
+    if chat is not None:  # recorded only when set, so stores harvested before the option existed still resume
+        args["chat"] = chat
     if out_dir is None:
         batches = []
         for i, s in enumerate(starts):
-            batches.append(_harvest_batch(model, inputs[s:s + batch_size], s, names, positions, dtype, edits))
+            batches.append(_harvest_batch(model, inputs[s:s + batch_size], s, names, positions, dtype, edits, chat))
             if progress is not None:
                 progress(min(s + batch_size, len(inputs)), len(inputs))
         shapes = {k: tuple(batches[0][k].shape[1:]) for k in names}
         return InMemoryStore(batches, names, dtype, shapes, args)
     return _harvest_to_disk(model, inputs, names, Path(out_dir), starts, batch_size, positions, dtype, edits,
-                            progress, args)
+                            progress, args, chat)
 
 
-def _harvest_to_disk(model, inputs, names, root, starts, batch_size, positions, dtype, edits, progress, args):
+def _harvest_to_disk(model, inputs, names, root, starts, batch_size, positions, dtype, edits, progress, args,
+                     chat=None):
     from safetensors.torch import save
 
     mpath = root / "manifest.json"
@@ -330,7 +334,7 @@ def _harvest_to_disk(model, inputs, names, root, starts, batch_size, positions, 
         if path.exists():                               # written atomically: if it exists, it is whole
             shard_rows.append(_rows_in(path))
         else:
-            batch = _harvest_batch(model, inputs[s:s + batch_size], s, names, positions, dtype, edits)
+            batch = _harvest_batch(model, inputs[s:s + batch_size], s, names, positions, dtype, edits, chat)
             if "feature_shapes" not in man:
                 man["feature_shapes"] = {k: list(batch[k].shape[1:]) for k in names}
                 write_json(mpath, {**man, "complete": False})

@@ -3,6 +3,9 @@ checkpoints' own Python code (trust_remote_code), a dashboard reachable from oth
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -48,7 +51,8 @@ def test_remote_code_is_not_run_unless_asked(tmp_path):
     src = make_random_checkpoint("llama", tmp_path / "m", n_layers=1, d_model=32, n_heads=4, n_kv_heads=2, vocab=48)
     flag = tmp_path / "code_ran"
     (src / "evil_model.py").write_text(f"open({str(flag)!r}, 'w').write('x')\n"
-                                       "from transformers import LlamaForCausalLM as EvilForCausalLM\n")
+                                       "from transformers import LlamaForCausalLM\n"
+                                       "class EvilForCausalLM(LlamaForCausalLM):\n    pass\n")
     cfg = json.loads((src / "config.json").read_text())
     cfg["auto_map"] = {"AutoModelForCausalLM": "evil_model.EvilForCausalLM"}
     (src / "config.json").write_text(json.dumps(cfg))
@@ -57,11 +61,13 @@ def test_remote_code_is_not_run_unless_asked(tmp_path):
     except interplab.InterplabError:
         pass
     assert not flag.exists()
-    try:
-        interplab.load_model(src, trust_remote_code=True)
-    except interplab.InterplabError:
-        pass
-    assert flag.exists()  # the check can see code running: trust_remote_code=True runs it
+    # the check can see code running: trust_remote_code=True runs it (in a child process, so the dynamically
+    # registered class cannot leak into this test session)
+    code = ("import interplab\ntry:\n    interplab.load_model(%r, trust_remote_code=True)\n"
+            "except interplab.InterplabError:\n    pass\n" % str(src))
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "hf_modules")})
+    assert flag.exists()
 
 
 def test_app_binds_loopback_by_default():

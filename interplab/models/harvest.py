@@ -198,10 +198,21 @@ def _rows_in(path: Path) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- harvesting
+def _canonical(x):
+    """A prompt as JSON-able data: text, token ids, or a chat conversation (a list of role/content dicts)."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, dict):
+        return {str(k): _canonical(v) for k, v in sorted(x.items())}
+    if isinstance(x, (list, tuple)) or hasattr(x, "tolist"):
+        return [_canonical(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
+    return int(x) if not isinstance(x, float) else x
+
+
 def _fingerprint(inputs: Sequence[Any]) -> str:
     h = hashlib.sha256()
     for x in inputs:
-        h.update(json.dumps(x if isinstance(x, str) else [int(t) for t in x]).encode())
+        h.update(json.dumps(_canonical(x)).encode())
         h.update(b"\x00")
     return h.hexdigest()
 

@@ -117,7 +117,7 @@ show_figure(attention_figure(res.pattern[int(head)], res.tokens, layer=int(layer
 
 st.subheader("Intervene")
 st.caption("The same prompt under one explicit edit, next to the clean run. Settings can come from the URL "
-           "(`?edit=steer&token=w5&layer=1&scale=8` or `?edit=ablate&layer=0&heads=0,1`), so a view can be shared.")
+           "(`?edit=steer&token=make&layer=2&scale=40` or `?edit=ablate&layer=3&heads=0,1`), so a view can be shared.")
 _q = st.query_params
 _kinds = ["none", "steer", "ablate"]
 e1, e2, e3, e4 = st.columns([1, 1, 2, 1])

@@ -146,3 +146,20 @@ def require_model(name: str, backend: str = "bridge", device: str | None = None,
         if stop:
             st.stop()
     return model
+
+
+def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved run", hint: str = ""):
+    """The `result` of a saved run of `experiment` the user picks (newest first), or None with a caption saying how
+    to make one. The result's class must be imported by the caller (so `Result.load_any` knows it)."""
+    from interplab.core.errors import InterplabError
+    from interplab.results.runs import list_runs, load_run
+
+    try:
+        runs = list_runs(experiment)
+    except (OSError, InterplabError):  # no runs folder yet
+        runs = []
+    if not len(runs):
+        st.caption(f"No saved runs: `interplab run {experiment}`{hint}.")
+        return None
+    path = st.selectbox(label, list(runs["path"])[::-1], key=key)
+    return load_run(path).result(result)

@@ -11,7 +11,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Truth Scores", page_icon=":microscope:", layout="wide")
 
-from interplab.app.widgets import model_picker, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import model_picker, require_model, saved_result, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures import truth_scores as F  # noqa: E402
 from interplab.interventions.head_gate import GATE_SITES, HeadGate, gate_summary, truth_gates  # noqa: E402
@@ -158,19 +158,11 @@ else:
 
 # ------------------------------------------------------------------------------------------------ gating sweep
 st.header("4 · Gating sweep")
-try:
-    from interplab.results.runs import list_runs, load_run
-
-    runs = list_runs("truth-gating-sweep")
-except Exception:  # noqa: BLE001 - no runs folder yet
-    runs = pd.DataFrame()
-if len(runs):
-    run_path = st.selectbox("Saved sweep run", list(runs["path"])[::-1], key="ts_sweep_run")
-    sweep = load_run(run_path).result("sweep").table
-    show_figure(F.gating_sweep(sweep), key="ts_sweep")
-    st.dataframe(sweep.round(4), hide_index=True, key="ts_sweep_table")
-else:
-    st.caption("No saved sweeps: `interplab run truth-gating-sweep` (toy-base scores applied to toy-chat).")
+saved = saved_result("truth-gating-sweep", "sweep", "ts_sweep_run", label="Saved sweep run",
+                     hint=" (toy-base scores applied to toy-chat)")
+if saved is not None:
+    show_figure(F.gating_sweep(saved.table), key="ts_sweep")
+    st.dataframe(saved.table.round(4), hide_index=True, key="ts_sweep_table")
 if current is not None and source == "Score a model (CtxMem)":
     with st.expander("Quick live sweep on this model (its own scores)"):
         n_eval = st.number_input("counterfactual prompts", 8, 512, 64, step=8, key="ts_sweep_n")
@@ -236,17 +228,10 @@ st.header("6 · Validation: planted evidence heads")
 st.caption("An organism built by construction (zoo.validation.truth_scores) whose designated heads, and only those, "
            "carry the verdict. `interplab run validate-truth-scores` runs the unchanged method on it and scores "
            "recovery against the planted heads, with shuffled-label and other-heads negative controls.")
-try:
-    from interplab.results.runs import list_runs, load_run
+from interplab.probes.truth.validation import TruthValidation  # noqa: E402,F401 - registers the result class
 
-    vruns = list_runs("validate-truth-scores")
-except Exception:  # noqa: BLE001 - no runs folder yet
-    vruns = pd.DataFrame()
-if len(vruns):
-    from interplab.probes.truth.validation import TruthValidation  # noqa: F401 - registers the result class
-
-    vpath = st.selectbox("Saved validation run", list(vruns["path"])[::-1], key="ts_val_run")
-    val = load_run(vpath).result("validation")
+val = saved_result("validate-truth-scores", "validation", "ts_val_run", label="Saved validation run")
+if val is not None:
     st.dataframe(val.recovery_table().round(4), hide_index=True, key="ts_val_table")
     (st.success if val.passed() else st.error)("every target met on every seed" if val.passed()
                                                else "some target missed: see the table")
@@ -256,5 +241,3 @@ if len(vruns):
     with c2:
         show_figure(F.planted_recovery_bars(val.shuffled, val.planted_heads, title="Control: shuffled labels"),
                     key="ts_val_shuffled")
-else:
-    st.caption("No saved validation runs: `interplab run validate-truth-scores`.")

@@ -11,7 +11,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · DecodeShare", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import model_picker, picked_device_dtype, require_model, saved_result, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.experiments.registry import parse_value  # noqa: E402
 from interplab.figures.decodeshare import (  # noqa: E402
@@ -37,22 +37,14 @@ with st.expander("Validation: a planted shared decode-time subspace (`validate-d
                "subspace below the top variance directions; the experiment runs the unchanged estimator and "
                "decode-only removal against alpha-/k-/energy-matched-Haar/top-variance controls and the "
                "prefill-estimated subspace (negative control).")
-    try:
-        from interplab.results.runs import list_runs, load_run
+    from interplab.figures.decodeshare import validation_bars
+    from interplab.probes.decodeshare.validation import DecodeShareValidation  # noqa: F401 - registers it
 
-        vruns = list_runs("validate-decodeshare")
-    except Exception:  # noqa: BLE001 - no runs folder yet
-        vruns = pd.DataFrame()
-    if len(vruns):
-        from interplab.figures.decodeshare import validation_bars
-        from interplab.probes.decodeshare.validation import DecodeShareValidation  # noqa: F401 - registers it
-
-        val = load_run(st.selectbox("Saved validation run", list(vruns["path"])[::-1], key="ds_val_run")
-                       ).result("validation")
+    val = saved_result("validate-decodeshare", "validation", "ds_val_run", label="Saved validation run",
+                       hint=" (about 30 s on CPU)")
+    if val is not None:
         st.dataframe(val.recovery_table(), hide_index=True, key="ds_val_table")
         show_figure(validation_bars(val.per_seed), key="ds_val_bars")
-    else:
-        st.caption("No saved validation runs: `interplab run validate-decodeshare` (about 30 s on CPU).")
 
 name, backend = model_picker("model", page="decodeshare", suggested="toy-chat",
                              fits=lambda n: n.startswith("toy-"))

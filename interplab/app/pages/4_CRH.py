@@ -14,7 +14,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · CRH", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import model_picker, picked_device_dtype, require_model, saved_result, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.crh import (cylinder_scene, pairwise_scatter, penalty_heatmaps,  # noqa: E402
                                    sector_polar)
@@ -32,22 +32,14 @@ with st.expander("Validation: a planted cylinder and sector detector (`validate-
                "runs the unchanged pipeline (concept_diffs, fit_cylinder, sector/penalty scans with a TokenSetJudge, "
                "Implications 1–3) and scores axis, plane, sector centre and sector-map recovery, against a "
                "sector-blind organism and a rotated-plane control (both must fail).")
-    try:
-        from interplab.results.runs import list_runs, load_run
+    from interplab.figures.crh import validation_sector_maps
+    from interplab.probes.crh.validation import CrhValidation  # noqa: F401 - registers the result class
 
-        vruns = list_runs("validate-crh")
-    except Exception:  # noqa: BLE001 - no runs folder yet
-        vruns = pd.DataFrame()
-    if len(vruns):
-        from interplab.figures.crh import validation_sector_maps
-        from interplab.probes.crh.validation import CrhValidation  # noqa: F401 - registers the result class
-
-        val = load_run(st.selectbox("Saved validation run", list(vruns["path"])[::-1], key="crh_val_run")
-                       ).result("validation")
+    val = saved_result("validate-crh", "validation", "crh_val_run", label="Saved validation run",
+                       hint=" (a few minutes on CPU)")
+    if val is not None:
         st.dataframe(val.recovery_table(), hide_index=True, key="crh_val_table")
         show_figure(validation_sector_maps(val.maps), key="crh_val_maps")
-    else:
-        st.caption("No saved validation runs: `interplab run validate-crh` (a few minutes on CPU).")
 
 source = st.radio("Source", ["Planted cylinder (synthetic, no model)", "Model concepts"], horizontal=True,
                   key="crh_source")

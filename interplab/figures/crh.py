@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from interplab.core.errors import InputError
+from interplab.core.nan import finite_max, finite_min
 from interplab.figures.style import PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style
 
 __all__ = ["cylinder_scene", "sector_polar", "penalty_heatmaps", "pairwise_scatter", "baseline_curves",
@@ -34,7 +35,7 @@ def _colors(values, scale=SEQUENTIAL):
     from plotly.colors import sample_colorscale
 
     v = np.asarray(values, np.float64)
-    lo, hi = np.nanmin(v), np.nanmax(v)
+    lo, hi = finite_min(v), finite_max(v)
     t = np.zeros_like(v) if not hi > lo else (v - lo) / (hi - lo)
     return sample_colorscale(scale, np.nan_to_num(t).tolist())
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from interplab.core.nan import finite_max, finite_min
+
 TEMPLATE = "plotly_white"
 FONT_FAMILY = "Inter, Helvetica Neue, Arial, sans-serif"
 FONT_SIZE = 13
@@ -171,7 +173,8 @@ def nice_int_step(span: float, max_ticks: int = MAX_INT_TICKS) -> int:
 def integer_axis(fig, axis: str = "x", *, row=None, col=None, values=None):
     """Integer ticks (0, 1, 2, ... or a coarser integer step) on a layer/head/step axis: never 'layer 1.5'."""
     vals = np.asarray(values if values is not None else [0, MAX_INT_TICKS], dtype=float)
-    step = nice_int_step(float(np.nanmax(vals) - np.nanmin(vals)) if vals.size else 1.0)
+    span = finite_max(vals) - finite_min(vals)
+    step = nice_int_step(span if np.isfinite(span) else 1.0)
     upd = dict(tickmode="linear", tick0=0, dtick=step, tickformat="d")
     (fig.update_xaxes if axis == "x" else fig.update_yaxes)(row=row, col=col, **upd)
     return fig

@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from interplab.core.nan import finite_max, finite_min
 from interplab.figures.style import (DIVERGING, QUALITATIVE, SEQUENTIAL, apply_style, explain_nan_cells,
                                      label_empty_bars)
 from interplab.probes.truth.lineage import topk_jaccard
@@ -100,7 +101,7 @@ def pair_scatter(a, b, *, name_a: str = "a", name_b: str = "b", stats: Mapping |
         customdata=np.stack([layer.ravel(), head.ravel()], -1),
         hovertemplate="L%{customdata[0]} H%{customdata[1]}<br>" + f"{name_a}" + " %{x:.3f}<br>" + f"{name_b}"
                       + " %{y:.3f}<extra></extra>"))
-    lo, hi = float(np.nanmin([A.min(), B.min()])), float(np.nanmax([A.max(), B.max()]))
+    lo, hi = finite_min(np.r_[A.ravel(), B.ravel()], 0.0), finite_max(np.r_[A.ravel(), B.ravel()], 1.0)
     fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(dash="dot", color="grey"),
                              showlegend=False, hoverinfo="skip"))
     if stats:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.nan import finite_argmax
 from interplab.core.result import Result
 
 HELIX_MODES = ("fixed", "faithful")
@@ -234,7 +235,11 @@ def _fit_fixed_scan(Z: np.ndarray, cfg: HelixConfig, **pca) -> HelixFit:
 
     ns = np.arange(cfg.n_min, cfg.n_max + 1e-9, cfg.n_step)
     grid = np.array([[objective(n, q) for n in ns] for q in cfg.r_var_ratios])     # [Q, N]
-    qi, ni = np.unravel_index(np.nanargmax(grid), grid.shape)
+    best = finite_argmax(grid)
+    if best is None:
+        raise DataError("the helix fit gave no finite R² on the (n, q) grid; the concept points may be constant or "
+                        "too few (need at least 3 distinct concepts)")
+    qi, ni = np.unravel_index(best, grid.shape)
     q = float(cfg.r_var_ratios[qi])
     # golden-section refinement inside the bracketing grid cell
     lo, hi = ns[max(ni - 1, 0)], ns[min(ni + 1, ns.size - 1)]

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from interplab.core.errors import InputError
+from interplab.core.nan import finite_max
 from interplab.core.result import Result
 from interplab.probes.crh.baselines import (BaselineCurves, baseline_scan, diffmean_direction, pca_direction,
                                             probe_direction)
@@ -262,7 +263,7 @@ class ConceptStudy(Result):
         r2, r3 = pp.rates(2), pp.rates(3)
         m2, _ = pb.rates(2)
         out.update({
-            "penalty_max_label2_rate": _nanmax(r2), "penalty_max_label3_rate": _nanmax(r3),
+            "penalty_max_label2_rate": finite_max(r2), "penalty_max_label3_rate": finite_max(r3),
             "penalty_label2_rate_by_p_at_top_step": dict(zip([f"{p:.2f}" for p in pp.ps], r2[-1].tolist())),
             "sector_label2_rate": float((self.pooled_sector.labels == 2).mean()),
             "sector_auc_range_per_concept": {n: [float(c.sector.population_auc.min()),
@@ -378,7 +379,3 @@ def run_concept_study(model, concepts: Sequence[ConceptData], cfg: ConceptStudyC
     return study
 
 
-def _nanmax(x) -> float:
-    """max over the defined entries; NaN (without numpy's All-NaN warning) when no sample defined a rate."""
-    x = np.asarray(x, dtype=float)
-    return float(np.nanmax(x)) if np.isfinite(x).any() else float("nan")

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from interplab.core.errors import ConfigError
+from interplab.core.nan import finite_max, finite_min
 from interplab.core.result import Result
 from interplab.probes import stats
 
@@ -74,8 +75,7 @@ class CrhValidation(Result):
                 v = sub[metric].to_numpy(dtype=float)
                 m, lo, hi = stats.t_interval(v)
                 rows.append({"condition": cond, "metric": metric, "target": f"{op} {thr:g}", "mean": m,
-                             "t95_lo": lo, "t95_hi": hi, "min": float(np.nanmin(v)) if np.isfinite(v).any() else
-                             float("nan"), "max": float(np.nanmax(v)) if np.isfinite(v).any() else float("nan"),
+                             "t95_lo": lo, "t95_hi": hi, "min": finite_min(v), "max": finite_max(v),
                              "n_seeds": int(v.size), "n_nan": int((~np.isfinite(v)).sum()),
                              "pass": bool(np.all(np.isfinite(v) & ops[op](np.nan_to_num(v, nan=np.inf if op == "<="
                                                                                       else -np.inf), thr)))})

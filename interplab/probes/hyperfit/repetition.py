@@ -22,6 +22,7 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from interplab.core.errors import ConfigError, InputError
+from interplab.core.nan import finite_mean
 
 __all__ = [
     "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "is_loop", "loop_rate", "generation_metrics",
@@ -139,11 +140,11 @@ class GenerationMetricsConfig:
 
 def _level_metrics(seqs: list[list], cfg: GenerationMetricsConfig, prefix: str) -> dict[str, float]:
     seqs = [s[:cfg.window] for s in seqs]
-    out = {f"{prefix}ttr": float(np.nanmean([ttr(s, None) for s in seqs]))}
+    out = {f"{prefix}ttr": finite_mean([ttr(s, None) for s in seqs])}
     for n in cfg.ns:
-        out[f"{prefix}rep{n}"] = float(np.nanmean([rep_n(s, n) for s in seqs]))
+        out[f"{prefix}rep{n}"] = finite_mean([rep_n(s, n) for s in seqs])
         out[f"{prefix}distinct{n}"] = distinct_n(seqs, n)
-    out[f"{prefix}diversity"] = float(np.nanmean([diversity(s, cfg.ns) for s in seqs]))
+    out[f"{prefix}diversity"] = finite_mean([diversity(s, cfg.ns) for s in seqs])
     out[f"{prefix}self_bleu{cfg.bleu_n}"] = (self_bleu(seqs[:cfg.self_bleu_max], cfg.bleu_n) if len(seqs) >= 2
                                             else float("nan"))
     out[f"{prefix}loop_rate"] = loop_rate(seqs, cfg.loop_window, cfg.max_period)

@@ -74,6 +74,8 @@ def test_truth_scores_cli_with_data(llama_ckpt, tmp_path):
     assert summary["n_samples"] == 30 and summary["data"] == str(data)
 
 
+# the random word-level checkpoint has no 'User:'/'Question:' words: the warning naming them is expected
+@pytest.mark.filterwarnings("ignore::interplab.UnknownTokenWarning")
 def test_truth_scores_cli_reads_halueval_schema(llama_ckpt, tmp_path):
     rows = [{"knowledge": f"w{10 + i % 20}", "question": "w3 w4", "right_answer": "w5",
              "hallucinated_answer": "w6"} for i in range(30)]
@@ -156,6 +158,8 @@ def test_crh_user_concept_data(tmp_path):
     assert concept_words("C/C++ programming syntax elements") == ("c/c++", "programming", "syntax", "elements")
 
 
+# the random word-level checkpoint has no 'User:'/'Question:' words: the warning naming them is expected
+@pytest.mark.filterwarnings("ignore::interplab.UnknownTokenWarning")
 def test_crh_cli_with_pair_file(llama_ckpt, tmp_path):
     data = _crh_csv(tmp_path / "p.csv")
     out = tmp_path / "runs"
@@ -169,6 +173,8 @@ def test_crh_cli_with_pair_file(llama_ckpt, tmp_path):
     assert set(stats["concept"]) == {"animal words", "color words"}
 
 
+# the random word-level checkpoint has no 'User:'/'Question:' words: the warning naming them is expected
+@pytest.mark.filterwarnings("ignore::interplab.UnknownTokenWarning")
 def test_crh_cli_paper_concepts(llama_ckpt, tmp_path):
     qs = tmp_path / "alpaca.jsonl"
     qs.write_text("".join(json.dumps({"instruction": f"w{10 + i} w{12 + i}", "dataset": "x"}) + "\n"

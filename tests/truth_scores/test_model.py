@@ -107,7 +107,8 @@ def test_attn_out_is_the_pre_residual_attention_output(m):
 def test_cached_gated_generation_equals_uncached(m, site):
     g = _gates(3, alpha=6.0)
     assert (g < 0).any()  # negative contrast gates included
-    gate = HeadGate(g, site=site)
+    with pytest.warns(UserWarning, match="negative gates"):  # stated to the user, not clipped
+        gate = HeadGate(g, site=site)
     a = m.generate(TEXTS, max_new_tokens=5, edits=[gate], stop_at_eos=False)
     b = m.generate(TEXTS, max_new_tokens=5, edits=[gate], stop_at_eos=False, use_cache=False)
     assert a.new_tokens == b.new_tokens
@@ -115,8 +116,9 @@ def test_cached_gated_generation_equals_uncached(m, site):
 
 
 def test_gates_checked_against_model(m):
-    HeadGate(_gates()).validate(m)
-    with pytest.raises(interplab.ShapeError, match="transposed"):
+    with pytest.warns(UserWarning, match="negative gates"):
+        HeadGate(_gates()).validate(m)
+    with pytest.raises(interplab.ShapeError, match="transposed"), pytest.warns(UserWarning, match="negative"):
         HeadGate(_gates().T).validate(m)
     with pytest.raises(interplab.ShapeError):
         m.run(TEXTS, edits=[HeadGate(np.full((2, 3), 2.0))])

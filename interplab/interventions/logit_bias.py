@@ -56,6 +56,13 @@ class StaticLogitBias(Edit):
             raise ShapeError(f"delta has {self.delta.numel()} entries but the logits have vocab {x.shape[-1]}")
         return x + (self.alpha * self.delta).to(device=x.device, dtype=x.dtype)
 
+    def remote_apply(self, site, ctx):
+        bias = (self.alpha * self.delta).detach().cpu()
+
+        def add_bias(x):
+            return x + bias.to(device=x.device, dtype=x.dtype)
+        return add_bias
+
 
 class SuppressTokens(Edit):
     """Set the logits of `token_ids` to -inf (they can never be chosen)."""
@@ -85,6 +92,15 @@ class SuppressTokens(Edit):
         x[..., self.token_ids] = float("-inf")
         return x
 
+    def remote_apply(self, site, ctx):
+        ids = list(self.token_ids)
+
+        def suppress(x):
+            x = x.clone()
+            x[..., ids] = float("-inf")
+            return x
+        return suppress
+
 
 class LogitTemperature(Edit):
     """z <- z / T on the `logits` site. T = 1 is bit-identical to no edit."""
@@ -107,3 +123,10 @@ class LogitTemperature(Edit):
 
     def apply(self, site: str, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         return x / self.T
+
+    def remote_apply(self, site, ctx):
+        T = self.T
+
+        def divide(x):
+            return x / T
+        return divide

@@ -161,6 +161,20 @@ class SubspacePatchback(SubspaceEdit):
         donor = self._donor_at(ctx, cdt, x.device)
         return (h + ((donor - h) @ q) @ q.T).to(x.dtype)
 
+    def remote_apply(self, site, ctx):
+        # The donor rows for this forward's decode steps are picked here, on the client, from ctx; the counters
+        # need the activation, which stays on the remote engine, so they are not updated there.
+        Q = self.Q.detach().cpu()
+        donor64 = self._donor_at(ctx.to("cpu"), torch.float64, torch.device("cpu"))
+
+        def patch_back(x):
+            cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+            q = Q.to(device=x.device, dtype=cdt)
+            h = x.to(cdt)
+            donor = donor64.to(device=x.device, dtype=cdt)
+            return (h + ((donor - h) @ q) @ q.T).to(x.dtype)
+        return patch_back
+
     def __repr__(self):
         return (f"SubspacePatchback(layer={self.layer}, basis=[{self.d}, {self.k}], donors=[{self.donor.shape[0]}, "
                 f"{self.n_steps}, {self.d}], window={window_label(self.window)!r}, phases=('decode',))")

@@ -10,7 +10,8 @@ import torch
 import interplab
 from interplab.core.edit import Edit
 from interplab.core.errors import ConfigError, RemoteError
-from interplab.interventions import Ablate, HeadGate, Patch, Steer, SubspaceProjection
+from interplab.interventions import (Ablate, HeadGate, LogitTemperature, Patch, StaticLogitBias, Steer,
+                                     SubspacePatchback, SubspaceProjection, SuppressTokens)
 
 IDS = [[5, 6, 7, 8, 9], [10, 11, 12]]
 SITES = ["resid_pre.0", "attn_z.1", "attn_out.0", "mlp_out.1", "resid_post.1", "final_norm", "logits"]
@@ -68,6 +69,8 @@ def _edit_sets(m):
         "patch": [Patch.from_cache(src, "resid_post.0")],
         "head_gate": [HeadGate(torch.rand(m.n_layers, m.n_heads, generator=g).numpy() + 0.5)],
         "projection": [SubspaceProjection(1, torch.randn(m.d_model, 3, generator=g), phases=("prefill",))],
+        "logit_edits": [StaticLogitBias(torch.randn(m.d_vocab, generator=g), alpha=2.0),
+                        SuppressTokens([0, 3]), LogitTemperature(0.7)],
     }
 
 
@@ -79,7 +82,7 @@ def test_captures_equal_local(pair):
     _close(a.logits, b.logits)
 
 
-@pytest.mark.parametrize("name", ["steer", "ablate", "patch", "head_gate", "projection"])
+@pytest.mark.parametrize("name", ["steer", "ablate", "patch", "head_gate", "projection", "logit_edits"])
 def test_builtin_edits_equal_local(pair, name):
     loc, rem = pair
     edits = _edit_sets(loc)[name]
@@ -87,6 +90,9 @@ def test_builtin_edits_equal_local(pair, name):
     a = loc.run(IDS, edits=edits, capture=["resid_post.1"])
     b = rem.run(IDS, edits=edits, capture=["resid_post.1"])
     assert float((a.logits - clean).abs().max()) > 1e-3  # the edit does something
+    if name == "logit_edits":  # -inf where tokens are suppressed, on both engines
+        assert torch.equal(torch.isinf(a.logits), torch.isinf(b.logits))
+        a.logits, b.logits = a.logits.nan_to_num(neginf=0.0), b.logits.nan_to_num(neginf=0.0)
     _close(a.logits, b.logits)
     _close(a.cache["resid_post.1"], b.cache["resid_post.1"])
 
@@ -104,6 +110,23 @@ def test_kv_cached_generation_with_decode_only_edit_equals_local(pair):
     _close(a.step_logits, b.step_logits)
     _close(a.decode_cache["resid_post.1"], b.decode_cache["resid_post.1"])
     _close(a.prefill_cache["resid_post.1"], b.prefill_cache["resid_post.1"])
+
+
+def test_kv_cached_generation_with_patchback_equals_local(pair):
+    """SubspacePatchback picks its donor rows per decode step from the step context on the client."""
+    loc, rem = pair
+    g = torch.Generator().manual_seed(5)
+    K = 4
+    donors = torch.randn(len(IDS), K, loc.d_model, generator=g) * 3
+    valid = torch.ones(len(IDS), K, dtype=torch.bool)
+    valid[1, 2] = False
+    edit = SubspacePatchback(1, torch.randn(loc.d_model, 3, generator=g), donors, valid, window=[0, 2, 3])
+    kw = dict(max_new_tokens=5, edits=[edit], stop_at_eos=False)
+    a, b = loc.generate(IDS, **kw), rem.generate(IDS, **kw)
+    plain = loc.generate(IDS, max_new_tokens=5, stop_at_eos=False)
+    assert float((a.step_logits - plain.step_logits).abs().max()) > 1e-3
+    assert a.new_tokens == b.new_tokens
+    _close(a.step_logits, b.step_logits)
 
 
 def test_remote_generation_is_one_session(pair, monkeypatch):

@@ -47,7 +47,15 @@ def save_layer_scan(run, scan: LayerScan) -> None:
                      help="DecodeShare H1: shared decode subspace per layer (paper + repo estimators), nulls, "
                           "decode-vs-prefill angles, tau/rho sensitivity")
 def decodeshare_layers(cfg: DecodeShareLayersConfig, run) -> None:
-    save_layer_scan(run, scan_layers(_load(cfg), cfg))
+    model = _load(cfg)
+    save_layer_scan(run, scan_layers(model, cfg, calib_sets=_user_sets(model, cfg)[0] if cfg.data else None))
+
+
+def _user_sets(model, cfg):
+    from interplab.data.user import user_records
+    from interplab.probes.decodeshare.tasks import user_task_sets
+
+    return user_task_sets(model, user_records("decodeshare", cfg.data), seed=cfg.seed)
 
 
 def save_study(run, study: DecodeShareStudy) -> None:
@@ -100,10 +108,4 @@ def save_study(run, study: DecodeShareStudy) -> None:
                           "steering overlap; optional patchback rescue rates (parts=...,patchback)")
 def decodeshare(cfg: DecodeShareConfig, run) -> None:
     model = _load(cfg)
-    sets = None
-    if cfg.data:
-        from interplab.data.user import user_records
-        from interplab.probes.decodeshare.tasks import user_task_sets
-
-        sets = user_task_sets(model, user_records("decodeshare", cfg.data), seed=cfg.seed)
-    save_study(run, run_study(model, cfg, sets=sets))
+    save_study(run, run_study(model, cfg, sets=_user_sets(model, cfg) if cfg.data else None))

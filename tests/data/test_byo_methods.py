@@ -4,6 +4,7 @@ The run's recorded config carries the data path."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -131,6 +132,24 @@ def test_decodeshare_cli_with_data(llama_ckpt, tmp_path):
         table = pd.read_csv(run / "tables" / "ablation.csv")
         assert {"alpha", "beta", "gamma", "all"} <= set(table["task"])
 
+
+
+def test_decodeshare_layers_cli_with_data(llama_ckpt, tmp_path):
+    """decodeshare-layers calibrates on the file's tasks, not the organisms' (which this checkpoint cannot read)."""
+    data = _ds_jsonl(tmp_path / "d.jsonl")
+    out = tmp_path / "runs"
+    assert _cli("run", "decodeshare-layers", "--set", f"model={llama_ckpt}", "--set", f"data={data}",
+                "--set", "n_calib=5", "--set", "null_perm_B=10", "--set", "null_rot_B=0",
+                "--set", "calib_max_new_tokens=3", "--set", "rho=0.8", "--out", str(out)) == 0
+    run, cfg = _one_run(out)
+    assert str(data) in json.dumps(cfg)
+    layers = pd.read_csv(run / "tables" / "layers.csv")
+    n_layers = json.loads((Path(llama_ckpt) / "config.json").read_text())["num_hidden_layers"]
+    assert sorted(layers["layer"].unique()) == list(range(n_layers))
+    from interplab.core.result import Result
+    ss = Result.load_any(next(run.glob("results/subspace_L0_paper_*")) if (run / "results").is_dir()
+                         else next(run.glob("subspace_L0_paper_*")))
+    assert set(ss.n_rows) == {"alpha", "beta", "gamma"}
 
 # ----------------------------------------------------------------------------------------------- CRH
 def _crh_csv(path, n=8):

@@ -108,10 +108,12 @@ class DecodeShareConfig(DecodeShareSetup):
 class DecodeShareLayersConfig(DecodeShareSetup):
     """Settings of the per-layer scan (`scan_layers`, experiment `decodeshare-layers`; see DecodeShareConfig for
     the shared fields). layers: layer indices or 'all'. sweep_layer: layer of the tau/rho sensitivity sweep
-    (-1 = middle). tau_ks: thresholds to report; 0 = the literal `tau`, x > 0 = tau_k = x (tau = x / k)."""
+    (-1 = middle). tau_ks: thresholds to report; 0 = the literal `tau`, x > 0 = tau_k = x (tau = x / k).
+    data: a user file (as DecodeShareConfig.data); its calibration rows replace the organisms' tasks."""
     layers: list[int] | str = "all"
     sweep_layer: int = -1
     tau_ks: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    data: str = ""
 
 
 def resolve_layer(model, layer: int) -> int:

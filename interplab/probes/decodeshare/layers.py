@@ -3,7 +3,7 @@ threshold, its nulls, decode-vs-prefill principal angles, and the tau/rho sensit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -14,7 +14,8 @@ from interplab.probes.decodeshare.estimator import (
 )
 from interplab.probes.decodeshare.model import collect_decode_states_multi, collect_prefill_states
 from interplab.probes.decodeshare.subspaces import angle_summary, principal_angles
-from interplab.probes.decodeshare.tasks import multitask_sets, resolve_format
+from interplab.core.errors import InputError
+from interplab.probes.decodeshare.tasks import TaskSet, multitask_sets, resolve_format
 
 __all__ = ["LayerScan", "scan_layers"]
 
@@ -71,15 +72,22 @@ def _layer_rows(cfg: DecodeShareLayersConfig, scan: LayerScan, layer: int, dec, 
     return rows
 
 
-def scan_layers(model, cfg: DecodeShareLayersConfig, *,
-                progress: Callable[[str], None] | None = None) -> LayerScan:
+def scan_layers(model, cfg: DecodeShareLayersConfig, *, progress: Callable[[str], None] | None = None,
+                calib_sets: Mapping[str, TaskSet] | None = None) -> LayerScan:
     """Shared subspace at each layer of `cfg.layers` (paper and repo modes, every threshold of `cfg.tau_ks`) with
-    nulls and decode-vs-prefill angles; decode states of all layers come from one generation pass."""
-    fmt = resolve_format(cfg.model, cfg.format)
+    nulls and decode-vs-prefill angles; decode states of all layers come from one generation pass.
+    calib_sets: your own calibration TaskSets (`user_task_sets(...)[0]`; the first `cfg.n_calib` prompts of each
+    task) instead of the organisms' `cfg.tasks`."""
     layers = (list(range(model.n_layers)) if cfg.layers == "all"
               else [resolve_layer(model, int(l)) for l in cfg.layers])
-    calib = multitask_sets(model, cfg.tasks, cfg.n_calib, seed=cfg.seed, split="train", fmt=fmt)
-    prompts = {t: s.prompts for t, s in calib.items()}
+    if calib_sets is not None:
+        if len(calib_sets) < 2:
+            raise InputError(f"DecodeShare needs at least two tasks; the data has {sorted(calib_sets)}")
+        prompts = {t: s.prompts[:cfg.n_calib] for t, s in calib_sets.items()}
+    else:
+        fmt = resolve_format(cfg.model, cfg.format)
+        calib = multitask_sets(model, cfg.tasks, cfg.n_calib, seed=cfg.seed, split="train", fmt=fmt)
+        prompts = {t: s.prompts for t, s in calib.items()}
     dec = collect_decode_states_multi(model, prompts, layers=layers, max_new_tokens=cfg.calib_max_new_tokens,
                                       max_states_per_task=cfg.max_states_per_task, seed=cfg.seed,
                                       batch_size=cfg.batch_size)

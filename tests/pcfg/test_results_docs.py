@@ -56,6 +56,8 @@ def test_cards_equal_pcfg_depth(name):
         assert abs(card[k] - row[k]) < 1e-8, (name, k, card[k], row[k])
     md = (WEIGHTS / name / "MODEL_CARD.md").read_text()
     assert f"| kl | {row['kl']:.4f} |" in md
+    note = f"`interplab run pcfg-depth --set models=zoo:{name}` (its defaults) evaluates the same sample"
+    assert note in md and note in json.loads((WEIGHTS / name / "card.json").read_text())["extra"]["notes"]
 
 
 def test_docs_and_readme_quote_pcfg_depth():

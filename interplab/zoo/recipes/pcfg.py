@@ -25,6 +25,7 @@ SIB_SPEC = {"family": "dependent_siblings", "L": 4, "q": 4, "k_lex": 2, "inherit
 RCNF_SPEC = {"family": "random_cnf", "N": 6, "V": 8, "p_bin": 0.45, "n_binary": 8, "n_lexical": 3, "seed": 1}
 MAX_LEN = {"uniform_binary": 16, "dependent_siblings": 16, "random_cnf": 30}
 EVAL_SEED = 20_000
+DYADIC_FAMILIES = ("uniform_binary", "dependent_siblings")  # one string length 2^L (= max_len): nothing truncated
 
 
 def make_grammar(spec: dict):
@@ -113,11 +114,17 @@ def build_pcfg(recipe: Recipe, ctx: BuildContext) -> dict:
         "recipe": recipe.summary() | {"available": True, "path": None}, "train_config": cfg.to_dict(),
         "steps_done": res.steps_done, "stopped_early": res.stopped_early})
     write_json(ctx.out_dir / "grammar.json", g.to_dict())
-    metrics = pcfg_evaluate(model, tok, recipe, n=int(d.get("eval_n", 512)))
-    return {"train": res.to_dict(), "metrics": metrics, "n_params": count_params(model),
-            "notes": ("Trained on fresh samples of the grammar every step. Metrics are nats per token, averaged per "
-                      "sequence, against the exact grammar next-token distribution (interplab.grammar); "
-                      "kl_ratio_bigram = KL(model) / KL(bigram baseline).")}
+    n_eval = int(d.get("eval_n", 512))
+    metrics = pcfg_evaluate(model, tok, recipe, n=n_eval)
+    notes = ("Trained on fresh samples of the grammar every step. Metrics are nats per token, averaged per "
+             "sequence, against the exact grammar next-token distribution (interplab.grammar); "
+             "kl_ratio_bigram = KL(model) / KL(bigram baseline).")
+    if d["grammar"]["family"] in DYADIC_FAMILIES:  # every string fits: pcfg-depth draws the very same sample
+        notes += (f" The KL metrics (kl, kl_se, tv, kl_bigram, ...) are the recipe's evaluation on {n_eval} held-out "
+                  f"sequences with sample seed {EVAL_SEED} (EVAL_SEED); `interplab run pcfg-depth --set "
+                  f"models=zoo:{recipe.name}` (its defaults) evaluates the same sample and gives the same numbers "
+                  "(committed in results/pcfg-depth/, quoted in docs/pcfg.md).")
+    return {"train": res.to_dict(), "metrics": metrics, "n_params": count_params(model), "notes": notes}
 
 
 def _arch(n_layers: int, n_ctx: int = 40) -> ArchConfig:

@@ -108,3 +108,24 @@ def test_independent_choices_make_truncation_free():
     gap comes from the sibling dependence, not from the truncation code."""
     g = dependent_siblings(L=3, q=4, k_lex=2, inherit=0.25, couple=0.25)
     assert max(abs(x) for x in _gaps(g, n=50)) < 1e-10
+
+
+def test_construction_smoke_on_pcfg_sib_L4(tmp_path):
+    """Fast configuration of `pcfg-construction` on the dependent-siblings organism: the output separates the
+    truncation levels (its final layer is nearest the exact predictor, and each smaller k is further away)."""
+    import json
+
+    import pandas as pd
+
+    from interplab.experiments.registry import run_experiment
+
+    p = run_experiment("pcfg-construction", {"models": "zoo:pcfg-sib-L4", "n_sequences": 32, "n_seeds": 1},
+                       root=tmp_path)
+    kl = pd.read_csv(next(p.rglob("truncated_kl.csv")))
+    summ = json.loads(next(p.rglob("summary.json")).read_text())["zoo:pcfg-sib-L4"]
+    assert (kl.lens_err < 1e-4).all()
+    fin = [summ["final_kl_by_k"][str(k)] for k in range(-1, 4)]
+    cost = [summ["kl_exact_trunc_by_k"][str(k)] for k in range(-1, 4)]
+    assert all(a > b for a, b in zip(fin, fin[1:])), fin
+    assert all(a > b for a, b in zip(cost[:4], cost[1:4])) and abs(cost[4]) < 1e-10, cost
+    assert fin[4] < 0.5 * cost[3]  # nearer the exact predictor than p_trunc,2 is

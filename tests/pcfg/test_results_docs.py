@@ -111,3 +111,33 @@ def test_docs_quote_pcfg_construction():
         assert f"k = {k}: " + ", ".join(vals) in DOCS, k
     assert f"random init at most {pr[pr.k >= 1].r2_random_init.max():.2f} for all three" in DOCS
 
+
+
+def test_docs_quote_the_training_seed_replicas():
+    seeds = ROOT / "results" / "pcfg-construction" / "sib-L4-seeds"
+    names = ["zoo:pcfg-sib-L4", "/tmp/sib-seeds/pcfg-sib-L4-s1", "/tmp/sib-seeds/pcfg-sib-L4-s2"]
+    summ = json.loads((seeds / "json" / "summary.json").read_text())
+    assert sorted(summ) == sorted(names)
+    for s, name in enumerate(names[1:], start=1):  # the replicas' cards: same recipe, only the seed differs
+        card = json.loads((seeds / "cards" / f"pcfg-sib-L4-s{s}" / "card.json").read_text())
+        ship = json.loads((WEIGHTS / "pcfg-sib-L4" / "card.json").read_text())
+        assert card["recipe"]["seed"] == s and card["train"]["steps_done"] == 4000
+        for k in ("arch", "data", "train", "steps"):
+            assert card["recipe"][k] == ship["recipe"][k], k
+    fin = [summ[n]["final_kl_by_k"] for n in names]
+    assert "final layer is " + " / ".join(fmt(f["3"]) for f in fin) + " nats from the exact predictor" in DOCS
+    assert "and " + " / ".join(fmt(f["2"]) for f in fin) + " from p_trunc,2 (seeds 0 / 1 / 2)" in DOCS
+    kl = pd.read_csv(seeds / "tables" / "truncated_kl.csv")
+    l2 = {n: kl[(kl.model == n) & (kl.layer == 2)].set_index("k")["kl_trunc_model"] for n in names}
+    assert [int(v.idxmin()) for v in l2.values()] == [0, 1, 0]  # the reading the docs give
+    a, b, c = (l2[n] for n in names)
+    assert f"closest to k = 0 in seed 0 ({fmt(a[0])}), to k = 1 in seed 1 ({fmt(b[1])}; k = 0 and k = 2 at " \
+           f"{fmt(b[0])} and {fmt(b[2])})" in DOCS
+    assert f"it is {c.min():.2f}–{c.max():.2f} nats from every predictor (k = 0 nearest at {c[0]:.2f})" in DOCS
+    pr = pd.read_csv(seeds / "tables" / "dyadic_probe.csv")
+    last = [" / ".join(f"{pr[(pr.model == n) & (pr.layer == 3) & (pr.k == k)].r2.iloc[0]:.2f}" for k in (1, 2, 3))
+            for n in names[1:]]
+    assert f"seeds 1 and 2 reach {last[0]} and {last[1]} for k = 1 / 2 / 3 (random init at most " \
+           f"{pr[pr.k >= 1].r2_random_init.max():.2f})" in DOCS
+    readme_fin = [fin[i]["3"] for i in range(3)]
+    assert f"exact in all ({fmt(min(readme_fin))}–{fmt(max(readme_fin))} nats)" in README

@@ -1,5 +1,6 @@
 """Build training-seed replicas of pcfg-sib-L4 (seeds given on the command line) into OUT/pcfg-sib-L4-s<seed>:
-the shipped recipe with only `seed` (init + data order) changed, 4000 steps, one torch thread, step-based.
+the shipped recipe with only `seed` (init + data order) changed, 4000 steps, one torch thread, step-based
+(seed 0 is the shipped zoo:pcfg-sib-L4).
 
     PYTHONPATH=. python results/pcfg-construction/sib-L4-seeds/build_seeds.py /tmp/sib-seeds 1 2   # repo root
 """

@@ -16,6 +16,7 @@ import pandas as pd
 
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
+from interplab.zoo.recipes.pcfg import EVAL_SEED as CARD_EVAL_SEED
 
 __all__ = ["PCFGDepthConfig", "PCFGProbesConfig", "PCFGAttentionConfig", "PCFGConstructionConfig"]
 
@@ -29,11 +30,13 @@ def _short(name: str) -> str:
 @dataclass
 class PCFGDepthConfig:
     """models: organisms/checkpoints trained on the same grammar; n_sequences: held-out grammar samples; seed:
-    sample seed; backend: hook-layer backend."""
+    sample seed (default: the PCFG recipes' evaluation seed, so that with the default 512 sequences this run
+    reproduces the KL on the organisms' model cards exactly — one sample behind both numbers); backend: hook-layer
+    backend."""
 
     models: list[str] = field(default_factory=lambda: list(DEPTH_SWEEP))
     n_sequences: int = 512
-    seed: int = 0
+    seed: int = CARD_EVAL_SEED
     backend: str = "bridge"
 
 

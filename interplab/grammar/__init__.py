@@ -2,6 +2,7 @@
 Viterbi / prefix (next-token) algorithms. Spec: docs/pcfg.md and ../shared/methods/pcfg_parse.md."""
 from interplab.grammar.pcfg import PCFG, Tree, NonTightGrammarError, LongSampleWarning
 from interplab.grammar.families import uniform_binary, layered, random_cnf, UniformBinary, Layered, RandomCNF
+from interplab.grammar.siblings import dependent_siblings, DependentSiblings
 from interplab.grammar.algorithms import (
     Chart, PrefixResult, ViterbiResult, inside, log_prob, viterbi, prefix, prefix_log_prob, next_token_logprobs,
     prefix_span_posteriors, span_marginals,
@@ -14,7 +15,8 @@ from interplab.grammar.oracle import GrammarOracleLM
 
 __all__ = [
     "PCFG", "Tree", "NonTightGrammarError", "LongSampleWarning",
-    "uniform_binary", "layered", "random_cnf", "UniformBinary", "Layered", "RandomCNF",
+    "uniform_binary", "layered", "random_cnf", "UniformBinary", "Layered", "RandomCNF", "dependent_siblings",
+    "DependentSiblings",
     "Chart", "PrefixResult", "ViterbiResult", "inside", "log_prob", "viterbi", "prefix", "prefix_log_prob",
     "next_token_logprobs", "prefix_span_posteriors", "span_marginals", "hand_grammar", "EXAMPLES", "example",
     "GrammarOracleLM", "DyadicInside", "DyadicUndefinedError", "dyadic_inside", "dyadic_sizes",

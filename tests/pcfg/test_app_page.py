@@ -76,7 +76,7 @@ def test_pcfg_page_with_organism(monkeypatch):
     assert not at.error, [e.value for e in at.error]
     keys = [c.key for c in at.get("plotly_chart")]
     assert "pcfg_cm_probe__chart" in keys and "pcfg_cm_kl__chart" in keys
-    assert "final-layer KL" in _text(at)
+    assert "final-layer KL" in _text(at) and "What the truncation itself costs" in _text(at)
 
 
 def test_pcfg_page_opens_on_a_pcfg_organism_with_its_grammar(monkeypatch):
@@ -98,4 +98,10 @@ def test_pcfg_page_opens_on_a_pcfg_organism_with_its_grammar(monkeypatch):
     at.selectbox(key="model_zoo").set_value("pcfg-L2").run()
     assert not at.exception, at.exception
     assert at.selectbox(key="pcfg_source").value == "model's training grammar"
+    assert "pcfg_kl_sentence__chart" in [c.key for c in at.get("plotly_chart")]
+    # the dependent-siblings organism is offered too and brings its own (different) grammar
+    at.selectbox(key="model_zoo").set_value("pcfg-sib-L4").run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="pcfg_source").value == "model's training grammar"
+    assert "`dependent_siblings(L=4,q=4" in _text(at)
     assert "pcfg_kl_sentence__chart" in [c.key for c in at.get("plotly_chart")]

@@ -7,7 +7,7 @@ import torch
 
 from interplab.zoo.resolve import SHIPPED_DIR
 
-NAMES = ("pcfg-L2", "pcfg-L4", "pcfg-L6", "pcfg-rcnf-L4")
+NAMES = ("pcfg-L2", "pcfg-L4", "pcfg-L6", "pcfg-rcnf-L4", "pcfg-sib-L4")
 
 
 def test_registered_and_shipped_small():
@@ -30,7 +30,7 @@ def test_registered_and_shipped_small():
     assert get_recipe("pcfg-L2").data["grammar"] == get_recipe("pcfg-L6").data["grammar"]
 
 
-@pytest.mark.parametrize("name", ["pcfg-L4", "pcfg-rcnf-L4"])
+@pytest.mark.parametrize("name", ["pcfg-L4", "pcfg-rcnf-L4", "pcfg-sib-L4"])
 def test_kl_remeasured_below_bigram(name):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

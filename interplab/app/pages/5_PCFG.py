@@ -82,7 +82,7 @@ with st.expander("Rules"):
 model_ok = False
 if model is None:
     st.info(f"Model `{name}` is not available ({model_err}); showing the grammar alone. PCFG organisms: "
-            "`zoo:pcfg-L2`, `zoo:pcfg-L4`, `zoo:pcfg-L6`, `zoo:pcfg-rcnf-L4`.")
+            "`zoo:pcfg-L2`, `zoo:pcfg-L4`, `zoo:pcfg-L6`, `zoo:pcfg-rcnf-L4`, `zoo:pcfg-sib-L4`.")
 else:
     vocab = model.tokenizer.get_vocab()
     covers = all(t in vocab for t in g.terminals) and model.tokenizer.eos_token_id is not None
@@ -217,7 +217,10 @@ if q is not None:
 st.subheader("Construction mirror")
 st.caption("The `pcfg-construction` experiment (spec §5.4): per layer, held-out R² of a ridge probe reading the "
            "size-2^k dyadic inside vector at aligned block ends (random-init control in brackets), and "
-           "KL(p_trunc,k ‖ logit lens at layer l) against the truncation level k. Needs a uniform-binary-like grammar.")
+           "KL(p_trunc,k ‖ logit lens at layer l) against the truncation level k. Needs a uniform-binary-like grammar. "
+           "On the uniform-binary organisms the truncated predictors for k ≥ 1 nearly coincide at the output, so "
+           "this KL cannot tell the levels apart; `zoo:pcfg-sib-L4` (dependent sibling blocks, "
+           "`interplab.grammar.dependent_siblings`) is trained on a grammar where they differ (docs/pcfg.md).")
 from interplab.grammar import DyadicUndefinedError, dyadic_sizes  # noqa: E402
 
 try:
@@ -228,7 +231,8 @@ except DyadicUndefinedError as e:
 if dyadic_err is not None:
     st.info(f"The construction mirror does not apply to `{g.name}`: {dyadic_err}")
 elif not model_ok:
-    st.info("The construction mirror needs a model trained on this grammar (e.g. `zoo:pcfg-L2`).")
+    st.info("The construction mirror needs a model trained on this grammar (e.g. `zoo:pcfg-L2`, or "
+            "`zoo:pcfg-sib-L4` for a grammar whose truncation levels differ at the output).")
 else:
     from interplab.figures.pcfg import dyadic_probe_figure, truncated_kl_figure
 
@@ -252,9 +256,14 @@ else:
         except InterplabError as e:
             st.error(f"**Construction mirror failed.** {e}")
         else:
-            final = cm.summary()["final_kl_by_k"]
+            summ = cm.summary()
+            final, cost = summ["final_kl_by_k"], summ["kl_exact_trunc_by_k"]
             st.markdown(f"log₂ n = {cm.log2_n}, {cm.n_sequences} sequences; final-layer KL(p_trunc,k ‖ q) by k: "
-                        + ", ".join(f"k={k}: {v:.3f}" for k, v in final.items()) + ".")
+                        + ", ".join(f"k={k}: {v:.3f}" for k, v in final.items()) + ". What the truncation itself "
+                        "costs in this grammar, KL(p_G ‖ p_trunc,k): "
+                        + ", ".join(f"k={k}: {max(v, 0.0):.4f}" for k, v in cost.items())
+                        + ". Closest k per layer (logit lens): "
+                        + ", ".join(f"layer {l}: {k}" for l, k in summ["best_k_by_layer"].items()) + ".")
             show_figure(dyadic_probe_figure(cm.probe, title=f"{name}: dyadic inside R² by layer"), "pcfg_cm_probe")
             show_figure(truncated_kl_figure(cm.kl, title=f"{name}: KL(p_trunc,k ‖ layer l)"), "pcfg_cm_kl")
             with st.expander("Tables"):

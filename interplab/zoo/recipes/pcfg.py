@@ -3,7 +3,9 @@
 pcfg-L2 / pcfg-L4 / pcfg-L6: 2, 4 and 6 layers on the same uniform-binary grammar (4 levels: every string has
 length 16 = 2^4, so log2 n = 4): the depth sweep of the log-depth claim. pcfg-rcnf-L4: 4 layers on a recursive
 random CNF grammar (variable lengths). Models are Llama-style (RoPE, RMSNorm, SwiGLU), d_model 64, small enough to
-ship (< 1 MB each) and to train in about 3 CPU-minutes.
+ship (< 1 MB each) and to train in about 3 CPU-minutes. pcfg-sib-L4: pcfg-L4's architecture and training on a
+dependent-siblings grammar (`interplab.grammar.dependent_siblings`), where the k-level truncated predictors differ
+at the output, so the local-to-global reading of the construction mirror can be tested.
 """
 from __future__ import annotations
 
@@ -16,17 +18,23 @@ from interplab.zoo.registry import BuildContext, Recipe, register
 # grammar specs (JSON-able; `make_grammar` turns them into PCFGs)
 UB_SPEC = {"family": "uniform_binary", "L": 4, "K": 3, "q": 4, "V": 8, "k_lex": 2, "alpha": 0.5, "alpha_lex": 0.5,
            "seed": 0}
+# dependent sibling blocks (interplab.grammar.siblings): KL(p_G ‖ p_trunc,k) is large and falls with k, so the
+# output can tell the truncation levels apart (on UB_SPEC they are within a few thousandths of a nat for k >= 1)
+SIB_SPEC = {"family": "dependent_siblings", "L": 4, "q": 4, "k_lex": 2, "inherit": 0.95, "couple": 0.9,
+            "lex_noise": 0.0}
 RCNF_SPEC = {"family": "random_cnf", "N": 6, "V": 8, "p_bin": 0.45, "n_binary": 8, "n_lexical": 3, "seed": 1}
-MAX_LEN = {"uniform_binary": 16, "random_cnf": 30}
+MAX_LEN = {"uniform_binary": 16, "dependent_siblings": 16, "random_cnf": 30}
 EVAL_SEED = 20_000
+DYADIC_FAMILIES = ("uniform_binary", "dependent_siblings")  # one string length 2^L (= max_len): nothing truncated
 
 
 def make_grammar(spec: dict):
     """A PCFG from a recipe's grammar spec ({"family": ..., **constructor kwargs})."""
-    from interplab.grammar import layered, random_cnf, uniform_binary
+    from interplab.grammar import dependent_siblings, layered, random_cnf, uniform_binary
 
     kw = {k: v for k, v in spec.items() if k != "family"}
-    fam = {"uniform_binary": uniform_binary, "random_cnf": random_cnf, "layered": layered}[spec["family"]]
+    fam = {"uniform_binary": uniform_binary, "random_cnf": random_cnf, "layered": layered,
+           "dependent_siblings": dependent_siblings}[spec["family"]]
     return fam(**kw)
 
 
@@ -106,11 +114,17 @@ def build_pcfg(recipe: Recipe, ctx: BuildContext) -> dict:
         "recipe": recipe.summary() | {"available": True, "path": None}, "train_config": cfg.to_dict(),
         "steps_done": res.steps_done, "stopped_early": res.stopped_early})
     write_json(ctx.out_dir / "grammar.json", g.to_dict())
-    metrics = pcfg_evaluate(model, tok, recipe, n=int(d.get("eval_n", 512)))
-    return {"train": res.to_dict(), "metrics": metrics, "n_params": count_params(model),
-            "notes": ("Trained on fresh samples of the grammar every step. Metrics are nats per token, averaged per "
-                      "sequence, against the exact grammar next-token distribution (interplab.grammar); "
-                      "kl_ratio_bigram = KL(model) / KL(bigram baseline).")}
+    n_eval = int(d.get("eval_n", 512))
+    metrics = pcfg_evaluate(model, tok, recipe, n=n_eval)
+    notes = ("Trained on fresh samples of the grammar every step. Metrics are nats per token, averaged per "
+             "sequence, against the exact grammar next-token distribution (interplab.grammar); "
+             "kl_ratio_bigram = KL(model) / KL(bigram baseline).")
+    if d["grammar"]["family"] in DYADIC_FAMILIES:  # every string fits: pcfg-depth draws the very same sample
+        notes += (f" The KL metrics (kl, kl_se, tv, kl_bigram, ...) are the recipe's evaluation on {n_eval} held-out "
+                  f"sequences with sample seed {EVAL_SEED} (EVAL_SEED); `interplab run pcfg-depth --set "
+                  f"models=zoo:{recipe.name}` (its defaults) evaluates the same sample and gives the same numbers "
+                  "(committed in results/pcfg-depth/, quoted in docs/pcfg.md).")
+    return {"train": res.to_dict(), "metrics": metrics, "n_params": count_params(model), "notes": notes}
 
 
 def _arch(n_layers: int, n_ctx: int = 40) -> ArchConfig:
@@ -132,6 +146,16 @@ for _L in (2, 4, 6):
               "format": "BOS w_1..w_n EOS, fresh samples every step"},
         steps=4000, seed=0, train=_TRAIN, evaluate=pcfg_evaluate, ceilings=_CEIL, tags=("pcfg", "depth-sweep"),
     ))
+
+register(Recipe(
+    name="pcfg-sib-L4",
+    description="4-layer Llama-style LM (d=64) trained on a dependent-siblings PCFG (4 levels, n=16): the "
+                "truncated predictors of different k differ at the output",
+    family="pcfg", build=build_pcfg, arch=_arch(4),
+    data={"grammar": SIB_SPEC, "max_len": MAX_LEN["dependent_siblings"], "batch_size": 32,
+          "format": "BOS w_1..w_n EOS, fresh samples every step"},
+    steps=4000, seed=0, train=_TRAIN, evaluate=pcfg_evaluate, ceilings=_CEIL, tags=("pcfg", "local-to-global"),
+))
 
 register(Recipe(
     name="pcfg-rcnf-L4",

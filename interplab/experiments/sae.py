@@ -13,9 +13,8 @@ from interplab.figures.export import save_figure
 from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, SAERecipe, fast_vs_block, metrics_row,
                                    special_token_steering, train_one)
 from interplab.sae.data import sae_data
-from interplab.sae.pareto import ParetoConfig
 
-__all__ = ["SAETrainRunConfig", "FastVsBlockConfig", "SteerSweepConfig", "SAESyntheticConfig", "SAEParetoConfig"]
+__all__ = ["SAETrainRunConfig", "FastVsBlockConfig", "SteerSweepConfig", "SAESyntheticConfig"]
 
 
 def _load(name: str, threads: int):
@@ -212,47 +211,3 @@ def sae_synthetic(cfg: SAESyntheticConfig, run) -> None:
     if res.table["k"].nunique() > 1:
         for m in ("mcc", "rec_bos", "explained_variance", "explained_variance_packed"):
             save_figure(run, f"l0_{m}", sequential_l0_figure(res.table, m))
-
-
-@dataclass
-class SAEParetoConfig(ParetoConfig, SAEModel):
-    """FAST vs BT(F) vs BT(P) at matched L0 (`ParetoConfig`: methods, ks, l1_coefficients, seeds, steps, evals and
-    the `SAERecipe` fields, `seed` = data seed; `SAEModel`). n_train, n_text, n_eval: dialogues for FAST/BT(F),
-    plain texts for BT(P), held-out evaluation dialogues (both eval distributions use the same ones). keep_saes:
-    keep every SAE directory in the run folder (default off: the sweep's weights are deleted)."""
-
-    n_train: int = 1500
-    n_text: int = 1500
-    n_eval: int = 128
-    keep_saes: bool = False
-
-
-PARETO_FIGURES = ("log2_mse", "delta_ce_response", "explained_variance", "ce_loss_score_response")
-
-
-@register_experiment("sae-pareto", config=SAEParetoConfig,
-                     help="FAST vs BT(F) vs BT(P) SAEs at matched L0: TopK k and Standard L1 sweeps, several SAE seeds "
-                          "per point, each SAE evaluated on the FAST and the packed distribution; Pareto curves of MSE "
-                          "and CE against L0 with t intervals")
-def sae_pareto_experiment(cfg: SAEParetoConfig, run) -> None:
-    import time
-
-    from interplab.figures.sae import pareto_figure
-    from interplab.sae.pareto import sae_pareto
-
-    t0 = time.perf_counter()
-    cfg.validate()
-    model = _load(cfg.model, cfg.threads)
-    data = _sae_data(cfg, model, cfg.n_train, cfg.n_eval, cfg.n_text)
-    res = sae_pareto(model, data, cfg, out_dir=Path(run.path) / "saes" if cfg.keep_saes else None,
-                     progress=lambda s: print(f"  training {s}", flush=True),
-                     on_rows=lambda df: run.save_table("runs", df, overwrite=True))
-    run.save_result("pareto", res)
-    run.save_table("runs", res.table, overwrite=True)
-    summary, matched = res.summary(), res.matched()
-    run.save_table("summary", summary)
-    run.save_table("matched_l0", matched)
-    for m in PARETO_FIGURES:
-        save_figure(run, f"pareto_{m}", pareto_figure(summary, m))
-    run.save_json("summary", {"wall_seconds": time.perf_counter() - t0, "n_saes": int(len(res.table) // len(cfg.evals)),
-                              "n_eval_dialogues": len(data.eval), "config": res.config})

@@ -20,7 +20,7 @@ from interplab.sae.sequential import SequentialBenchmark, SequentialConfig, Sequ
 from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, FastVsBlockResult, SAERecipe,
                                    SpecialTokenSteering, fast_vs_block, leakage_table, metrics_row,
                                    special_token_steering, train_one)
-from interplab.sae.pareto import ParetoConfig, ParetoResult, matched_l0, pareto_summary, sae_pareto
+from interplab.sae.pareto import ParetoConfig, ParetoResult, sae_pareto
 
 __all__ = [
     "ActivationProvider", "BlockDiagonalAttention", "BlockProvider", "Chunk", "FastProvider", "block_provider",
@@ -35,5 +35,5 @@ __all__ = [
     "SpecialTokenSteering", "fast_vs_block", "leakage_table", "metrics_row", "special_token_steering", "train_one",
     "SyntheticConfig", "SyntheticComparison", "compare_with_saelens", "synthetic_data", "synthetic_metrics",
     "SequentialConfig", "SequentialData", "SequentialBenchmark", "sequential_benchmark",
-    "evaluate_sae_packed", "ParetoConfig", "ParetoResult", "sae_pareto", "pareto_summary", "matched_l0",
+    "evaluate_sae_packed", "ParetoConfig", "ParetoResult", "sae_pareto",
 ]

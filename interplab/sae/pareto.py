@@ -9,19 +9,18 @@ L0 values) -- with several SAE seeds per point, and every SAE is evaluated on tw
 * ``fast``: held-out dialogues one per forward (`evaluate_sae`, paper Eq. 7; the paper's evaluation);
 * ``packed``: the same dialogues packed into blocks as BT(F) training packs them (`evaluate_sae_packed`).
 
-Intervals are Student-t over SAE seeds (`interplab.probes.stats.intervals`). The seed sets the SAE initialisation,
+Intervals are Student-t over SAE seeds (`interplab.probes.stats.intervals`, applied by the experiment module
+`interplab.experiments.sae_pareto`: `pareto_summary`, `matched_l0`). The seed sets the SAE initialisation,
 the sample shuffle and the mixing-buffer order; the training and evaluation data are fixed.
 """
 from __future__ import annotations
 
-import math
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pandas as pd
 
 from interplab.core.errors import ConfigError, ShapeError
@@ -29,15 +28,8 @@ from interplab.core.result import Result
 from interplab.sae.compare import METHOD_LABELS, SAERecipe, train_one
 from interplab.sae.data import SAEData
 
-__all__ = ["ParetoConfig", "ParetoResult", "sae_pareto", "pareto_summary", "matched_l0", "PARETO_METRICS"]
+__all__ = ["ParetoConfig", "ParetoResult", "sae_pareto", "SPARSITY_PARAM"]
 
-# metrics summarised per point (eval distribution x architecture x sparsity value x method)
-PARETO_METRICS = ("l0", "log2_mse", "log2_mse_special", "explained_variance", "dead_features", "dense_features",
-                  "delta_ce", "delta_loss_pct", "ce_loss_score", "kl_sae", "delta_ce_response",
-                  "delta_loss_pct_response", "ce_loss_score_response", "kl_sae_response")
-# metrics compared at matched L0 (interpolated in log L0 along each seed's sweep)
-MATCHED_METRICS = ("log2_mse", "explained_variance", "delta_ce_response", "ce_loss_score_response",
-                   "kl_sae_response")
 SPARSITY_PARAM = {"topk": "k", "standard": "l1_coefficient"}
 
 
@@ -79,7 +71,8 @@ class ParetoConfig(SAERecipe):
 class ParetoResult(Result):
     """table: one row per (SAE, eval distribution) with method (label), arm, architecture, sparsity_param,
     sparsity, seed, eval and the metrics of `evaluate_sae` (delta_ce* = ce_sae* - ce_clean*, nats/token);
-    config: the ParetoConfig as a dict. `summary()` and `matched()` derive the interval tables."""
+    config: the ParetoConfig as a dict. The interval tables (statistics live above this layer):
+    `interplab.experiments.sae_pareto.pareto_summary` / `matched_l0`."""
 
     table: pd.DataFrame
     config: dict
@@ -91,12 +84,6 @@ class ParetoResult(Result):
 
     def to_frame(self) -> pd.DataFrame:
         return self.table
-
-    def summary(self) -> pd.DataFrame:
-        return pareto_summary(self.table)
-
-    def matched(self) -> pd.DataFrame:
-        return matched_l0(self.table)
 
 
 def _row(r: dict, **labels) -> dict:
@@ -157,72 +144,3 @@ def sae_pareto(model: Any, data: SAEData, cfg: ParetoConfig | None = None, *, ou
                         on_rows(pd.DataFrame(rows))
     c = asdict(cfg)
     return ParetoResult(table=pd.DataFrame(rows), config=c)
-
-
-def pareto_summary(table: pd.DataFrame, metrics=PARETO_METRICS) -> pd.DataFrame:
-    """One row per (eval, architecture, sparsity, method): `<metric>_mean/_lo/_hi` (95% Student-t interval over
-    seeds, `stats.intervals`) for every metric present, and n (seeds)."""
-    from interplab.probes.stats import intervals
-
-    rows = []
-    keys = ["eval", "architecture", "sparsity", "method"]
-    for key, g in table.groupby(keys, sort=False):
-        row = dict(zip(keys, key))
-        row["n"] = int(len(g))
-        for m in metrics:
-            if m in g:
-                ci = intervals(g[m])
-                row.update({f"{m}_mean": ci["mean"], f"{m}_lo": ci["lo"], f"{m}_hi": ci["hi"]})
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _l0_targets(table: pd.DataFrame, n_targets: int) -> list[float]:
-    """Common L0 values every (method, seed) curve of `table` reaches: a geometric grid over the overlap of their
-    L0 ranges (empty when the ranges do not overlap)."""
-    lo = max(g["l0"].min() for _, g in table.groupby(["method", "seed"]))
-    hi = min(g["l0"].max() for _, g in table.groupby(["method", "seed"]))
-    if not (lo > 0 and hi >= lo):
-        return []
-    if n_targets == 1 or math.isclose(lo, hi):
-        return [float(math.sqrt(lo * hi))]
-    return [float(v) for v in np.geomspace(lo, hi, n_targets)]
-
-
-def matched_l0(table: pd.DataFrame, metrics=MATCHED_METRICS, n_targets: int = 3) -> pd.DataFrame:
-    """Matched-L0 comparison. TopK: the sweep points themselves (L0 = k). Standard (L0 is an outcome): each
-    (method, seed) curve is interpolated linearly in log L0 at `n_targets` common L0 values inside the range every
-    curve covers (no extrapolation). Per (eval, architecture, target, method): mean and 95% t interval over seeds
-    of each metric, and for BT arms the difference FAST - BT paired by seed (same seed = same SAE initialisation)."""
-    from interplab.probes.stats import intervals
-
-    rows = []
-    for (ev, arch), t in table.groupby(["eval", "architecture"], sort=False):
-        targets = (sorted(t["sparsity"].unique()) if arch == "topk" else _l0_targets(t, n_targets))
-        per: dict[tuple[str, float], dict[int, dict]] = {}
-        for (m, s), g in t.groupby(["method", "seed"], sort=False):
-            g = g.sort_values("l0")
-            x = np.log(g["l0"].to_numpy(float))
-            for tg in targets:
-                if arch == "topk":
-                    h = g[g["sparsity"] == tg]
-                    vals = {mt: float(h[mt].iloc[0]) for mt in metrics if mt in h}
-                    vals["l0"] = float(h["l0"].iloc[0])
-                else:
-                    vals = {mt: float(np.interp(math.log(tg), x, g[mt].to_numpy(float))) for mt in metrics if mt in g}
-                    vals["l0"] = float(tg)
-                per.setdefault((m, tg), {})[int(s)] = vals
-        for (m, tg), by_seed in per.items():
-            row = {"eval": ev, "architecture": arch, "l0_target": float(tg), "method": m, "n": len(by_seed)}
-            for mt in (*[x for x in metrics if x in t], "l0"):
-                ci = intervals([v[mt] for v in by_seed.values()])
-                row.update({f"{mt}_mean": ci["mean"], f"{mt}_lo": ci["lo"], f"{mt}_hi": ci["hi"]})
-            fast = per.get(("FAST", tg))
-            if m != "FAST" and fast:
-                common = sorted(set(fast) & set(by_seed))
-                for mt in (x for x in metrics if x in t):
-                    ci = intervals([fast[s][mt] - by_seed[s][mt] for s in common])
-                    row.update({f"fast_minus_{mt}_mean": ci["mean"], f"fast_minus_{mt}_lo": ci["lo"],
-                                f"fast_minus_{mt}_hi": ci["hi"]})
-            rows.append(row)
-    return pd.DataFrame(rows)

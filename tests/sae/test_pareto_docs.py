@@ -16,6 +16,7 @@ DOCS = ROOT / "docs" / "sae.md"
 METHODS = ("FAST", "BT(F)", "BT(P)")
 EVAL_NAMES = {"fast": "FAST", "packed": "packed"}
 ARCH_NAMES = {"topk": "TopK", "standard": "Standard"}
+DOC_TABLES = (("log2_mse", ".3f"), ("delta_ce_response", ".4f"), ("kl_sae_response", ".3f"))
 
 
 def _ci(mean: float, lo: float, hi: float, fmt: str) -> str:
@@ -38,6 +39,42 @@ def doc_rows(matched: pd.DataFrame, metric: str, fmt: str = ".3f") -> list[str]:
     return rows
 
 
+def _range(values, fmt: str) -> str:
+    """'a to b' from the value closest to zero to the farthest (the way the prose quotes a range of differences)."""
+    v = sorted(values, key=abs)
+    return f"{v[0]:{fmt}} to {v[-1]:{fmt}}"
+
+
+def prose_numbers(d: Path) -> dict[str, str]:
+    """Every number the prose of the docs section quotes, formatted as the docs write it, from the run's tables."""
+    m = pd.read_csv(d / "tables" / "matched_l0.csv")
+    runs = pd.read_csv(d / "tables" / "runs.csv")
+    out = {}
+    for ev in ("fast", "packed"):
+        for arm in ("BT(F)", "BT(P)"):
+            g = m[(m["eval"] == ev) & (m["method"] == arm)]
+            sign = "+" if ev == "packed" else ""
+            out[f"log2_mse {ev} {arm}"] = _range(g["fast_minus_log2_mse_mean"], sign + ".3f")
+            out[f"ev {ev} {arm}"] = _range(g["fast_minus_explained_variance_mean"], "+.3f")
+            if ev == "packed":
+                out[f"kl {ev} {arm}"] = _range(g["fast_minus_kl_sae_response_mean"], "+.3f")
+    small = m[(m["eval"] == "fast") & (m["architecture"] == "topk") & (m["l0_target"] > 8)]
+    out["lossless dce"] = f"ΔCE ≤ {small['delta_ce_response_mean'].max():.3f} nats"
+    std = m[(m["eval"] == "packed") & (m["architecture"] == "standard")].sort_values("l0_target")
+    mid = std["l0_target"].unique()[1]
+    for arm in METHODS:
+        r = std[(std["l0_target"] == mid) & (std["method"] == arm)].iloc[0]
+        out[f"packed ev {arm}"] = f"{r['explained_variance_mean']:.2f}"
+    out["packed mid L0"] = f"{mid:.1f}"
+    for ev in ("fast", "packed"):
+        r = runs[runs["eval"] == ev].iloc[0]
+        out[f"ce_clean_response {ev}"] = f"{r['ce_clean_response']:.2g}"
+        out[f"ce_zero_response {ev}"] = f"{r['ce_zero_ablation_response']:.2f}"
+        out[f"tokens {ev}"] = f"{int(r['n_tokens']):,}"
+    out["blocks"] = str(int(runs[runs["eval"] == "packed"]["n_blocks"].iloc[0]))
+    return out
+
+
 def run_dir() -> Path:
     if not RUNS:
         pytest.fail("no committed sae-pareto run under results/sae-pareto/")
@@ -47,11 +84,18 @@ def run_dir() -> Path:
 def test_docs_tables_equal_the_committed_run():
     matched = pd.read_csv(run_dir() / "tables" / "matched_l0.csv")
     text = DOCS.read_text()
-    for metric, fmt in (("log2_mse", ".3f"), ("delta_ce_response", ".4f")):
+    for metric, fmt in DOC_TABLES:
         rows = doc_rows(matched, metric, fmt)
         assert len(rows) >= 6
         missing = [r for r in rows if r not in text]
         assert not missing, f"docs/sae.md lacks these {metric} rows of the committed run:\n" + "\n".join(missing)
+
+
+def test_docs_prose_numbers_equal_the_committed_run():
+    section = DOCS.read_text()
+    section = section[section.index("## Matched L0 on toy-chat"):section.index("## Decisions where")]
+    missing = {k: v for k, v in prose_numbers(run_dir()).items() if v not in section}
+    assert not missing, f"docs/sae.md's matched-L0 prose lacks these numbers of the committed run: {missing}"
 
 
 def test_docs_name_the_run_config():

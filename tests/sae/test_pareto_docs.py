@@ -116,3 +116,6 @@ def test_committed_run_is_complete():
     n_points = len(c["ks"]) + len(c["l1_coefficients"])
     assert len(runs) == n_points * len(c["methods"]) * len(c["seeds"]) * len(c["evals"])
     assert not list(d.rglob("*.safetensors")), "SAE weights must not be committed"
+    from interplab.results.runs import run_problems
+
+    assert run_problems(d) == []   # the app's saved-run pickers list it as a complete run

@@ -38,7 +38,8 @@ class ParetoConfig(SAERecipe):
     """`SAERecipe` (site, expansion, batch_tokens, lr, context_size; `seed` = the data seed) plus: methods (subset of
     fast, bt_f, bt_p); ks: TopK sweep (empty = no TopK arm); l1_coefficients: Standard-SAE sweep (empty = none);
     seeds: SAE seeds per point; steps: training steps (equal for every SAE); evals: distributions every SAE is
-    evaluated on (fast, packed)."""
+    evaluated on (fast, packed). The inherited l1_coefficient / l0_coefficient are not used: the sweep sets the
+    sparsity of every SAE."""
 
     methods: list[str] = field(default_factory=lambda: ["fast", "bt_f", "bt_p"])
     ks: list[int] = field(default_factory=lambda: [8, 16, 32])

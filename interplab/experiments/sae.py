@@ -14,7 +14,7 @@ from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, SAERecipe, f
                                    special_token_steering, train_one)
 from interplab.sae.data import sae_data
 
-__all__ = ["SAETrainRunConfig", "FastVsBlockConfig", "SteerSweepConfig"]
+__all__ = ["SAETrainRunConfig", "FastVsBlockConfig", "SteerSweepConfig", "SAESyntheticConfig"]
 
 
 def _load(name: str, threads: int):

@@ -20,6 +20,8 @@ METRIC_LABELS = {
     "delta_loss_pct_response": "Delta Loss (%), assistant answers",
     "ce_loss_score_response": "CE-loss score, assistant answers",
     "kl_sae_response": "KL(clean || SAE), assistant answers",
+    "delta_ce": "CE increase with the SAE (nats/token)",
+    "delta_ce_response": "CE increase with the SAE, assistant answers (nats/token)",
 }
 
 
@@ -261,3 +263,49 @@ def sequential_l0_figure(df, metric: str = "mcc", *, title: str | None = None):
     return apply_style(fig, title=title or f"{SYNTHETIC_METRICS.get(metric, metric)} vs L0 (TopK sweep; 95% t "
                                            "intervals over SAE seeds)", xaxis="L0 (FAST distribution)",
                        yaxis=SYNTHETIC_METRICS.get(metric, metric))
+
+
+PARETO_EVALS = {"fast": "FAST distribution (one dialogue per forward)",
+                "packed": "packed distribution (BT(F) blocks)"}
+
+
+def pareto_figure(summary, metric: str = "log2_mse", *, architectures: Sequence[str] | None = None,
+                  title: str | None = None):
+    """Pareto curves of `metric` against L0 (`interplab.sae.pareto.pareto_summary` rows: one per eval distribution,
+    architecture, sparsity value and method, with `<m>_mean/_lo/_hi`): one panel per eval distribution, one line
+    per (method, architecture) through its sweep points ordered by L0, 95% t interval bars over SAE seeds on both
+    axes. Colour = method, dash = architecture; L0 on a log axis."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    evals = [e for e in PARETO_EVALS if e in set(summary["eval"])]
+    fig = make_subplots(rows=1, cols=len(evals), subplot_titles=[PARETO_EVALS[e] for e in evals],
+                        shared_yaxes=True, horizontal_spacing=0.06)
+    methods = list(dict.fromkeys(summary["method"]))
+    archs = list(architectures or dict.fromkeys(summary["architecture"]))
+    dashes = ("solid", "dash", "dot", "dashdot")
+
+    def bars(g, m):
+        hi, lo, mean = g[f"{m}_hi"].to_numpy(float), g[f"{m}_lo"].to_numpy(float), g[f"{m}_mean"].to_numpy(float)
+        return dict(type="data", array=np.nan_to_num(hi - mean), arrayminus=np.nan_to_num(mean - lo), visible=True)
+
+    for c, ev in enumerate(evals, start=1):
+        for i, meth in enumerate(methods):
+            for j, arch in enumerate(archs):
+                g = summary[(summary["eval"] == ev) & (summary["method"] == meth)
+                            & (summary["architecture"] == arch)].sort_values("l0_mean")
+                if not len(g) or f"{metric}_mean" not in g:
+                    continue
+                hover = [f"{meth} {arch} ({s:g})<br>L0 {l:.1f} [{a:.1f}, {b:.1f}]<br>{metric} {v:.4g} "
+                         f"[{lo:.4g}, {hi:.4g}] (t, n={n})" for s, l, a, b, v, lo, hi, n in
+                         zip(g["sparsity"], g["l0_mean"], g["l0_lo"], g["l0_hi"], g[f"{metric}_mean"],
+                             g[f"{metric}_lo"], g[f"{metric}_hi"], g["n"])]
+                fig.add_scatter(x=g["l0_mean"], y=g[f"{metric}_mean"], mode="lines+markers",
+                                name=f"{meth} · {arch}", legendgroup=f"{meth}{arch}", showlegend=c == 1,
+                                line=dict(color=QUALITATIVE[i % len(QUALITATIVE)], dash=dashes[j % len(dashes)]),
+                                error_x=bars(g, "l0"), error_y=bars(g, metric), hovertext=hover, hoverinfo="text",
+                                row=1, col=c)
+        fig.update_xaxes(type="log", title_text="L0 (active features / token)", row=1, col=c)
+    fig.update_yaxes(title_text=METRIC_LABELS.get(metric, metric), row=1, col=1)
+    return apply_style(fig, title=title or f"{METRIC_LABELS.get(metric, metric)} vs L0 (mean and 95% t interval "
+                                           "over SAE seeds)", height=420)

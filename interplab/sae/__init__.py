@@ -4,7 +4,8 @@ from interplab.sae.providers import (ActivationProvider, BlockDiagonalAttention,
                                      block_provider, fast_provider, mixed_batches, pack_blocks, segment_ids)
 from interplab.sae.training import (ARCHITECTURES, SAETrainConfig, build_training_sae, geometric_median,
                                     load_train_info, load_training_log, train_sae)
-from interplab.sae.evals import ReconstructionAccumulator, evaluate_sae, next_token_ce, response_masks
+from interplab.sae.evals import (ReconstructionAccumulator, evaluate_sae, evaluate_sae_packed, next_token_ce,
+                                response_masks)
 from interplab.sae.gsnr import GSNRAccumulator, gsnr, sae_gradients, to_training_sae
 from interplab.sae.features import FeatureStats, FeatureStatsConfig, feature_statistics, logit_effects
 from interplab.sae.steering import (SAESplice, SAESteer, SteeringSweepConfig, SteeringSweepResult, steering_sweep,
@@ -19,6 +20,7 @@ from interplab.sae.sequential import SequentialBenchmark, SequentialConfig, Sequ
 from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, FastVsBlockResult, SAERecipe,
                                    SpecialTokenSteering, fast_vs_block, leakage_table, metrics_row,
                                    special_token_steering, train_one)
+from interplab.sae.pareto import ParetoConfig, ParetoResult, sae_pareto
 
 __all__ = [
     "ActivationProvider", "BlockDiagonalAttention", "BlockProvider", "Chunk", "FastProvider", "block_provider",
@@ -33,4 +35,5 @@ __all__ = [
     "SpecialTokenSteering", "fast_vs_block", "leakage_table", "metrics_row", "special_token_steering", "train_one",
     "SyntheticConfig", "SyntheticComparison", "compare_with_saelens", "synthetic_data", "synthetic_metrics",
     "SequentialConfig", "SequentialData", "SequentialBenchmark", "sequential_benchmark",
+    "evaluate_sae_packed", "ParetoConfig", "ParetoResult", "sae_pareto",
 ]

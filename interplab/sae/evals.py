@@ -308,3 +308,64 @@ def downstream_metrics(model: Any, sae: Any, provider: Any, *, site: str, positi
         res["n_sequences_response"] = int(sum(v.numel() for v in ce_r["clean"]))
         res["n_tokens_response"] = n_tok_r
     return res
+
+
+class _Blocks:
+    """Packed blocks as the sequence source `downstream_metrics` reads (`samples` and `_batches`): every block has
+    `context_size` tokens, so a micro-batch needs no padding."""
+
+    def __init__(self, blocks: torch.Tensor, micro_batch: int):
+        self.samples = blocks.tolist()
+        self.micro_batch = int(micro_batch)
+
+    def _batches(self, epoch: int) -> list[list[int]]:
+        n = len(self.samples)
+        return [list(range(k, min(n, k + self.micro_batch))) for k in range(0, n, self.micro_batch)]
+
+
+def evaluate_sae_packed(model: Any, sae: Any, dialogues: Sequence[Any], *, context_size: int = 128,
+                        separator: str = "bos", site: str | None = None,
+                        special_token_ids: Sequence[int] | None = None, truncate: int | None = 8192,
+                        micro_batch: int = 8, downstream: bool = True, dense_threshold: float = 0.1,
+                        positions: Any = "all") -> dict:
+    """`evaluate_sae` on the **packed** (block-training) distribution instead of FAST's: `dialogues` (or texts) are
+    packed exactly as BT(F)/BT(P) training packs them (`block_provider`, in the given order, SAELens packing: BOS at
+    every block start, `separator` between samples, trailing partial block dropped) and every block is one forward.
+
+    Same keys as `evaluate_sae`. Reconstruction metrics count each *block* as one sequence of Eq. 7 (the sequence
+    the model saw; inserted BOS/separators included), so log2_mse is the block-weighted analogue of the FAST number.
+    The CE-based metrics splice the SAE into every block position; positions="response" keeps the positions whose
+    next token is an assistant-answer token of the dialogue it came from (block provenance: sample and position),
+    so text samples (BT(P)) allow positions="all" only. Adds n_blocks and context_size."""
+    from interplab.sae.chat import special_token_ids as _special
+    from interplab.sae.providers import block_provider
+    from interplab.sae.sites import load_sae, sae_site
+
+    pos = _positions(positions)
+    sae = load_sae(sae)
+    site = sae_site(sae, site)
+    if special_token_ids is None:
+        special_token_ids = _special(model.tokenizer)
+    prov = block_provider(model, dialogues, site=site, context_size=context_size, separator=separator,
+                          micro_batch=micro_batch, shuffle=False, truncate=truncate)
+    blocks, src_sample, src_pos = prov.packed(0)
+    acc = ReconstructionAccumulator(int(sae.cfg.d_sae), special_token_ids, dense_threshold)
+    sae.eval()
+    with torch.no_grad():
+        for ch in prov.iter_chunks():
+            f, xh = sae_recon(sae, ch.acts)
+            acc.update(ch.acts, xh.float(), ch.token_ids, f)
+    res = acc.result()
+    res.update(site=site, special_token_ids=list(map(int, special_token_ids)), n_blocks=int(blocks.shape[0]),
+               context_size=int(context_size))
+    if downstream:
+        resp = None
+        if "response" in pos:
+            per_sample = response_masks(model, dialogues, truncate)
+            resp = []
+            for s_row, p_row in zip(src_sample, src_pos):   # inserted BOS / separators (-1) are never answers
+                resp.append(torch.tensor([bool(per_sample[s][p]) if s >= 0 else False
+                                          for s, p in zip(s_row.tolist(), p_row.tolist())]))
+        res.update(downstream_metrics(model, sae, _Blocks(blocks, micro_batch), site=site, positions=pos,
+                                      response_masks=resp))
+    return res

@@ -69,3 +69,29 @@ def test_feature_browser_bad_dir(monkeypatch, tmp_path, small_llama):
     at.text_input(key="fb_dir_input").input(str(tmp_path / "nope")).run()
     assert not at.exception, at.exception
     assert at.error and "Cannot load an SAE" in at.error[0].value
+
+
+@pytest.mark.slow
+def test_sae_page_shows_saved_pareto_and_synthetic_l0_runs(monkeypatch, tmp_path, small_llama):
+    """The matched-L0 section opens the committed sae-pareto run (results/sae-pareto/) through `saved_result` and
+    draws its Pareto figure and matched-L0 table; the ground-truth section draws the MCC vs L0 curve of a saved
+    sae-synthetic k sweep."""
+    import shutil
+
+    from interplab.experiments.registry import run_experiment
+
+    committed = sorted((Path(__file__).resolve().parents[2] / "results" / "sae-pareto").glob("2*"))
+    assert committed, "no committed sae-pareto run"
+    shutil.copytree(committed[-1], tmp_path / "runs" / "sae-pareto" / committed[-1].name)
+    run_experiment("sae-synthetic", {"steps": 10, "batch": 64, "seeds": [0, 1], "ks": [2, 4], "eval_tokens": 500},
+                   root=tmp_path)
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(small_llama))
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path))
+    at = AppTest.from_file(str(PAGES / "7_SAE_Training.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    charts = [c.key for c in at.get("plotly_chart")]
+    assert "sae_pareto_fig__chart" in charts and "sae_syn_l0_fig__chart" in charts
+    matched = [e.value for e in at.dataframe if "l0_target" in e.value.columns]
+    assert matched and {"FAST", "BT(F)", "BT(P)"} <= set(matched[0]["method"])
+    at.selectbox(key="sae_pareto_metric").set_value("delta_ce_response").run()
+    assert not at.exception, at.exception

@@ -235,24 +235,55 @@ st.caption("FAST vs BT(F) vs BT(P) SAEs trained on synthetic sequences whose fea
            "bos/eot, position, topic carried over when blocks are packed), all scored on the FAST distribution: MCC "
            "and the recovery (max |cos| of a decoder row) of each feature group; bars are means over SAE seeds with "
            "95% t intervals. Produced by `interplab run sae-synthetic` (model-free; docs/sae.md).")
-try:
-    from interplab.results.runs import list_runs, load_run
+from interplab.app.widgets import saved_result  # noqa: E402
+from interplab.sae.sequential import SequentialBenchmark  # noqa: E402,F401  (registers the result kind)
 
-    syn_runs = list_runs("sae-synthetic")
-except Exception:  # noqa: BLE001 - no runs folder yet
-    syn_runs = pd.DataFrame()
-if len(syn_runs):
+syn_res = saved_result("sae-synthetic", "sequential", "sae_syn_run", label="Saved sae-synthetic run",
+                       hint=" (add `--set 'ks=[2,4,8]'` for the MCC vs L0 curve)")
+if syn_res is not None:
     from interplab.figures.sae import sequential_l0_figure, sequential_truth_figure
 
-    syn_path = st.selectbox("Saved sae-synthetic run", list(syn_runs["path"])[::-1], key="sae_syn_run")
-    syn = load_run(syn_path).result("sequential").table
+    syn = syn_res.table
     ks = sorted(syn["k"].unique()) if "k" in syn else [None]
     k_pick = st.selectbox("TopK k (L0)", ks, index=len(ks) // 2, key="sae_syn_k") if len(ks) > 1 else ks[0]
     show_figure(sequential_truth_figure(syn if k_pick is None else syn[syn["k"] == k_pick]), key="sae_syn_fig")
     if len(ks) > 1:
-        metric = st.selectbox("Matched-L0 metric", ["mcc", "rec_bos", "rec_eot", "explained_variance",
-                                                    "explained_variance_packed"], key="sae_syn_metric")
+        metric = st.selectbox("Matched-L0 metric (MCC vs L0 against the known features)",
+                              ["mcc", "rec_bos", "rec_eot", "explained_variance", "explained_variance_packed"],
+                              key="sae_syn_metric")
         show_figure(sequential_l0_figure(syn, metric), key="sae_syn_l0_fig")
+    else:
+        st.caption("This run has one k: run `interplab run sae-synthetic --set 'ks=[2,4,8]'` for MCC vs L0.")
     st.dataframe(syn.round(4), hide_index=True, key="sae_syn_table")
-else:
-    st.caption("No saved runs: `interplab run sae-synthetic`.")
+
+# ------------------------------------------------------------------------------------------------ matched L0
+st.header("FAST vs block training at matched L0")
+st.caption("Every arm (FAST, BT(F), BT(P)) trained at every point of a sparsity sweep (TopK k: L0 = k, so the arms "
+           "are matched exactly; Standard SAE L1 coefficient: L0 is an outcome, so arms are compared by "
+           "interpolating each seed's curve at common L0), several SAE seeds per point, each SAE evaluated on the "
+           "FAST distribution (one held-out dialogue per forward) and on the packed distribution (the same "
+           "dialogues packed into BT(F) blocks). Points are means with 95% t intervals over seeds on both axes. "
+           "Produced by `interplab run sae-pareto` (docs/sae.md, \"Matched L0 on toy-chat\").")
+from interplab.experiments.sae_pareto import matched_l0, pareto_summary  # noqa: E402
+from interplab.sae.pareto import ParetoResult  # noqa: E402,F401  (registers the result kind)
+
+pareto = saved_result("sae-pareto", "pareto", "sae_pareto_run", label="Saved sae-pareto run")
+if pareto is not None:
+    from interplab.figures.sae import METRIC_LABELS, pareto_figure
+
+    p_summary, p_matched = pareto_summary(pareto.table), matched_l0(pareto.table)
+    archs = list(dict.fromkeys(p_summary["architecture"]))
+    p_arch = st.multiselect("Architectures", archs, default=archs, key="sae_pareto_arch")
+    p_metric = st.selectbox("Metric against L0", ["log2_mse", "delta_ce_response", "explained_variance",
+                                                  "ce_loss_score_response", "kl_sae_response", "delta_ce",
+                                                  "log2_mse_special"],
+                            format_func=lambda m: METRIC_LABELS.get(m, m), key="sae_pareto_metric")
+    show_figure(pareto_figure(p_summary[p_summary["architecture"].isin(p_arch)], p_metric), key="sae_pareto_fig")
+    st.markdown("**At matched L0** (TopK: the sweep points; Standard: interpolated in log L0 inside the range every "
+                "seed's curve covers). `fast_minus_*`: FAST minus that arm, paired by SAE seed, 95% t interval.")
+    cols = [c for c in p_matched.columns if c.split("_")[0] in ("eval", "architecture", "l0", "method", "n")
+            or c.startswith(("log2_mse", "delta_ce_response", "fast_minus_log2_mse", "fast_minus_delta_ce"))]
+    st.dataframe(p_matched[cols].round(4), hide_index=True, key="sae_pareto_matched")
+    st.caption(f"{pareto.config.get('steps')} steps x {pareto.config.get('batch_tokens')} tokens per SAE, seeds "
+               f"{pareto.config.get('seeds')}; MCC against known features needs ground truth: see the sequential "
+               "synthetic benchmark's MCC vs L0 curve above.")

@@ -237,7 +237,7 @@ def direction_overlaps(dirs: dict[str, np.ndarray], seed: int = 0) -> pd.DataFra
             if {a, b} == {"crh_axis", "crh_plane"}:
                 continue  # orthogonal by construction
             A, Bm = dirs[a], dirs[b]
-            rand = haar_basis(Bm.shape[0], Bm.shape[1], seed=seed)
+            rand = haar_basis(Bm.shape[0], Bm.shape[1], seed=seed + 104_729)  # not a seed the data used
             if a == "sae":
                 c, c0 = span_cos(A, Bm), span_cos(A, rand)
                 best, mx, base = f"feature {int(c.argmax())}", float(c.max()), float(c0.max())
@@ -282,6 +282,9 @@ def planted_checks(kind: str, truth: dict, head: dict, dirs: dict) -> pd.DataFra
     cols = ["check", "method", "value", "target", "passed"]
     rows = []
     if kind == "truth":
+        if not head:
+            rows.append({"check": "a head map computed", "method": "", "value": float("nan"), "target": "a map",
+                         "passed": False})
         for name, m in head.items():
             mask = np.zeros(m.shape, bool)
             for layer, h in truth["planted_heads"]:
@@ -291,14 +294,20 @@ def planted_checks(kind: str, truth: dict, head: dict, dirs: dict) -> pd.DataFra
                       "target": ">= 0.95", "passed": rec["auroc"] >= 0.95},
                      {"check": "all planted heads in top |planted|+2", "method": name, "value": rec["all_in_top"],
                       "target": "= 1", "passed": rec["all_in_top"] == 1.0}]
-    elif kind == "decodeshare" and "decodeshare" in dirs:
+    elif kind == "decodeshare" and "decodeshare" not in dirs:
+        rows.append({"check": "decode-shared subspace estimated", "method": "decodeshare", "value": float("nan"),
+                     "target": "a basis", "passed": False})
+    elif kind == "crh" and "crh_axis" not in dirs:
+        rows.append({"check": "CRH cylinder fitted", "method": "crh", "value": float("nan"), "target": "an axis",
+                     "passed": False})
+    elif kind == "decodeshare":
         P = np.zeros((dirs["decodeshare"].shape[0], len(truth["planted_dims"])))
         for j, d in enumerate(truth["planted_dims"]):
             P[d, j] = 1.0
         ang = float(principal_angles(dirs["decodeshare"], P).max())
         rows.append({"check": "largest principal angle to planted P (deg)", "method": "decodeshare", "value": ang,
                      "target": "<= 15", "passed": ang <= 15.0})
-    elif kind == "crh" and "crh_axis" in dirs:
+    elif kind == "crh":
         cos = float(dirs["crh_axis"][:, 0] @ truth["axis"])
         ax = float(np.degrees(np.arccos(np.clip(cos, -1, 1))))
         pl = float(principal_angles(dirs["crh_plane"], np.stack([truth["e1"], truth["e2"]], 1)).max())

@@ -105,8 +105,8 @@ def atlas_overlap_figure(atlas, *, title: str | None = None):
 
     ov = atlas.overlaps
     if not len(ov):
-        raise InputError("the atlas has fewer than two direction sets to compare "
-                         f"(not available: {', '.join(k for k in ('sae', 'decodeshare', 'crh') if k in atlas.unavailable)})")
+        gone = ", ".join(k for k in ("sae", "decodeshare", "crh") if k in atlas.unavailable)
+        raise InputError(f"the atlas has fewer than two direction sets to compare (not available: {gone})")
     labels = [f"{r.a} vs {r.b}" for r in ov.itertuples()]
     fig = go.Figure([
         go.Bar(y=labels, x=ov["max_cos"], orientation="h", name="measured", marker_color=QUALITATIVE[0],

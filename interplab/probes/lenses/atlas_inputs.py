@@ -178,5 +178,6 @@ def atlas_inputs(model, *, n_items: int = 128, n_decode: int = 16, n_pairs: int 
     if W is not None and sae_layer == inp.direction_layer:
         inp.sae_decoder, inp.sae_name = W, name
     else:
-        inp.missing["sae"] = reason or f"the shipped SAE reads resid_post.{sae_layer}, not resid_post.{inp.direction_layer}"
+        inp.missing["sae"] = reason or (f"the shipped SAE reads resid_post.{sae_layer}, not "
+                                        f"resid_post.{inp.direction_layer}")
     return inp

@@ -74,6 +74,17 @@ def test_direction_page_defaults_and_button(toy_chat):
     assert not at.exception, at.exception
     assert {"dir_hist__chart", "dir_logits__chart"} <= set(_charts(at))
     assert "scale 8.0" in at.code[0].value
+    # a collected direction: the shipped SAE's decoder row at its site; its neighbours are the collected directions
+    at.selectbox(key="dir_site").set_value("resid_post.1").run()
+    at.selectbox(key="dir_source").set_value("a collected direction").run()
+    first = at.selectbox(key="dir_collected").value
+    assert first.startswith("SAE ")
+    at.button(key="dir_go").click().run()
+    assert not at.exception, at.exception
+    neigh = next(d.value for d in at.dataframe if "source" in d.value.columns)
+    assert first not in set(neigh["name"]) and set(neigh["source"]) <= {"sae", "atlas", "decodeshare", "unembedding",
+                                                                         "user"}
+    assert (neigh["cosine"].abs().diff().dropna() <= 1e-12).all()           # largest |cos| first
 
 
 @pytest.mark.slow

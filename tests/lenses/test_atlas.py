@@ -16,10 +16,18 @@ from interplab.zoo.validation.decodeshare import build_planted_decode_organism, 
 from interplab.zoo.validation.truth_scores import PlantedTruthSpec, build_planted_truth_organism
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # tiny models: on a loaded shared machine extra intra-op threads only oversubscribe the cores
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def organisms(tmp_path_factory):
     root = tmp_path_factory.mktemp("atlas-organisms")
-    torch.set_num_threads(1)
     return {"truth": build_planted_truth_organism(root / "truth"),
             "other": build_planted_truth_organism(root / "other",
                                                   PlantedTruthSpec(heads=[(0, 2), (1, 6), (2, 0), (3, 4)])),
@@ -133,3 +141,33 @@ def test_unavailable_methods_are_reasons_not_errors(organisms):
     a = atlas(m, inputs=inp, n_boot=200, n_perm=200)
     assert "patching" in a.unavailable and "same metric" in a.unavailable["patching"]
     assert "patching" not in a.head_maps and "dla" in a.head_maps
+
+
+def test_collect_directions_gathers_sae_rows_saved_atlas_runs_and_extras(tmp_path, monkeypatch):
+    from interplab.probes.lenses import collect_directions, read_sae_decoder
+    from interplab.results import new_run
+    from interplab.zoo import shipped_saes
+
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    m = interplab.load_model("zoo:toy-chat")
+    a = atlas(m, n_boot=200, n_perm=200)
+    with new_run("atlas", root=tmp_path / "home") as run:
+        run.save_result("atlas_toy-chat", a)
+    v = np.random.default_rng(0).standard_normal(m.d_model)
+    reg = collect_directions(m, a.site, extra={"my steering vector": v}, unembedding=4, root=tmp_path / "home")
+    W, site = read_sae_decoder(shipped_saes("zoo:toy-chat")[0])
+    assert site == a.site and reg.to_frame()["source"].value_counts()["sae"] == W.shape[0]
+    # every SAE row is stored as its unit vector
+    assert np.allclose(reg.vector(f"SAE {shipped_saes('zoo:toy-chat')[0].name} #3"), W[3] / np.linalg.norm(W[3]))
+    axis = next(n for n in reg.names if n.startswith("crh_axis[0]"))
+    assert np.allclose(reg.vector(axis), a.directions["crh_axis"][:, 0])
+    k = a.directions["decodeshare"].shape[1]
+    assert sum(n.startswith("decodeshare[") for n in reg.names) == k
+    # neighbours: the vector itself first (cos 1), then by |cos|, matching a direct computation
+    nb = reg.neighbours(v, k=5)
+    assert nb.loc[0, "name"] == "my steering vector" and np.isclose(nb.loc[0, "cosine"], 1.0)
+    u = v / np.linalg.norm(v)
+    assert np.isclose(nb.loc[1, "cosine"], (reg.vectors @ u)[[reg.names.index(n) for n in nb["name"]]][1])
+    # another site collects no atlas or SAE directions
+    other = collect_directions(m, "resid_post.3", root=tmp_path / "home")
+    assert len(other) == 0

@@ -11,13 +11,14 @@ from interplab.probes.lenses.attribution import (AttributionConfig, attribution_
                                                  compare_to_exact)
 from interplab.probes.lenses.common import (PATCH_KINDS, CellPatch, GradProbe, Interpolate, PromptPair,
                                             default_pair, logit_diff_metric, make_pair)
+from interplab.probes.lenses.direction_registry import DirectionRegistry, collect_directions, read_sae_decoder
 from interplab.probes.lenses.direction import DirectionDashboard, direction_dashboard
 from interplab.probes.lenses.dla import DLAResult, direct_logit_attribution, frozen_norm
 from interplab.probes.lenses.logit_lens import LogitLensResult, TunedLens, logit_lens, train_tuned_lens
 from interplab.probes.lenses.patching import (PatchingConfig, PatchingResult, PatchingSweep, activation_patching,
                                               patch_grid, patched_generation)
 
-__all__ = ["Atlas", "AtlasConfig", "atlas", "direction_overlaps", "layer_participation", "map_agreement",
+__all__ = ["DirectionRegistry", "collect_directions", "read_sae_decoder", "Atlas", "AtlasConfig", "atlas", "direction_overlaps", "layer_participation", "map_agreement",
            "planted_checks", "span_cos", "AtlasInputs", "atlas_inputs", "planted_truth", "shipped_decoder",
            "DirectionDashboard", "direction_dashboard", "AttentionResult", "attention_patterns", "default_pair",
            "PATCH_KINDS", "CellPatch", "GradProbe", "Interpolate", "PromptPair", "logit_diff_metric", "make_pair",

@@ -12,8 +12,8 @@ from interplab.figures.style import DIVERGING, QUALITATIVE, SEQUENTIAL, apply_st
 
 __all__ = ["atlas_head_map", "atlas_layer_figure", "atlas_agreement_figure", "atlas_overlap_figure"]
 
-_HEAD_TITLES = {"truth": "Truth Scores", "patching": "Activation patching per head (attn_z, all positions)",
-                "dla": "Direct logit attribution per head"}
+# short: the page shows the three maps side by side in a third of the width each
+_HEAD_TITLES = {"truth": "Truth Scores", "patching": "Patching per head (attn_z)", "dla": "DLA per head"}
 _HEAD_BARS = {"truth": "accuracy", "patching": "normalised", "dla": "logit diff"}
 
 

@@ -10,7 +10,9 @@ import torch
 import interplab
 from interplab.core.result import Result
 from interplab.probes import stats
-from interplab.probes.lenses import Atlas, AtlasInputs, atlas, atlas_inputs, direction_overlaps, span_cos
+from interplab.probes.lenses import (Atlas, AtlasInputs, atlas, atlas_inputs, direction_overlaps, read_sae_decoder,
+                                     span_cos)
+from interplab.zoo import shipped_saes
 from interplab.zoo.validation.crh import build_planted_crh_organism, load_planted_crh
 from interplab.zoo.validation.decodeshare import build_planted_decode_organism, planted_basis
 from interplab.zoo.validation.truth_scores import PlantedTruthSpec, build_planted_truth_organism
@@ -102,15 +104,18 @@ def test_atlas_on_toy_chat_runs_every_method_and_agreement_matches_its_definitio
     m = interplab.load_model("zoo:toy-chat")
     a = atlas(m, n_boot=200, n_perm=200)
     assert set(a.head_maps) == {"truth", "patching", "dla"} and set(a.layer_maps) == {"pr", "patching_resid"}
-    assert set(a.directions) == {"sae", "decodeshare", "crh_axis", "crh_plane"} and a.site == "resid_post.1"
+    assert set(a.directions) == {"decodeshare", "crh_axis", "crh_plane"} and a.site == "resid_post.1"
+    assert a.sae_name == shipped_saes("zoo:toy-chat")[0].name
     assert a.unavailable == {} and not len(a.planted)
     row = a.agreement.set_index(["map_a", "map_b"]).loc[("patching", "dla")]
     assert np.isclose(row["rho"], stats.spearman(np.abs(a.head_maps["patching"]), np.abs(a.head_maps["dla"])))
     assert row["lo"] <= row["rho"] <= row["hi"]
     # overlaps: recomputed from the stored directions
     ov = a.overlaps.set_index(["a", "b"])
-    assert np.isclose(ov.loc[("sae", "crh_axis"), "max_cos"],
-                      np.abs(a.directions["sae"].T @ a.directions["crh_axis"][:, 0]).max())
+    W, _ = read_sae_decoder(shipped_saes("zoo:toy-chat")[0])
+    W = W / np.linalg.norm(W, axis=1, keepdims=True)
+    assert np.isclose(ov.loc[("sae", "crh_axis"), "max_cos"], np.abs(W @ a.directions["crh_axis"][:, 0]).max())
+    assert ov.loc[("sae", "crh_axis"), "best"] == f"feature {int(np.abs(W @ a.directions['crh_axis'][:, 0]).argmax())}"
 
 
 def test_direction_overlaps_are_one_for_a_shared_direction_and_chance_for_random():
@@ -144,9 +149,8 @@ def test_unavailable_methods_are_reasons_not_errors(organisms):
 
 
 def test_collect_directions_gathers_sae_rows_saved_atlas_runs_and_extras(tmp_path, monkeypatch):
-    from interplab.probes.lenses import collect_directions, read_sae_decoder
+    from interplab.probes.lenses import collect_directions
     from interplab.results import new_run
-    from interplab.zoo import shipped_saes
 
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
     m = interplab.load_model("zoo:toy-chat")

@@ -79,8 +79,9 @@ class Atlas(Result):
     """One model's atlas.
 
     head_maps: name -> [n_layers, n_heads] (truth, patching, dla: those that apply). layer_maps: name -> [n_layers]
-    (pr, pr_change, patching_resid). directions: name -> [d_model, k] columns (sae: unit decoder rows; decodeshare:
-    orthonormal basis; crh_axis: [d, 1]; crh_plane: [d, 2]) read at `site`.
+    (pr, pr_change, patching_resid). directions: name -> [d_model, k] columns (decodeshare: orthonormal basis;
+    crh_axis: [d, 1]; crh_plane: [d, 2]) read at `site`; the SAE's decoder rows enter the overlaps but are not
+    stored (sae_name: the shipped SAE folder they came from, "" = none).
     agreement: one row per pair of maps (axis, map_a, map_b, rho, lo, hi, p, n, topk_overlap).
     overlaps: one row per pair of direction sets (a, b, k_a, k_b, max_cos, angle_deg, best, baseline_max_cos).
     planted: ground-truth checks on a validation organism (check, method, value, target, passed); empty otherwise.
@@ -99,6 +100,7 @@ class Atlas(Result):
     pair: list = field(default_factory=list)
     answer: str = ""
     wrong: str = ""
+    sae_name: str = ""
     planted_kind: str = ""
     planted_heads: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
@@ -365,10 +367,12 @@ def atlas(model, config: AtlasConfig | None = None, *, inputs: AtlasInputs | Non
         for k in ("sae", "decodeshare", "crh"):
             missing.setdefault(k, "direction methods switched off (directions=False)")
     kind, truth = inp.planted or ("", {})
+    overlaps = direction_overlaps(dirs, seed=cfg.seed)
+    dirs.pop("sae", None)  # a copy of the SAE's decoder is not kept in the result: `sae_name` says which SAE it was
     return Atlas(model=str(model.name), head_maps=heads, layer_maps=layers, directions=dirs,
                  agreement=map_agreement(heads, layers, top_k=cfg.top_k, n_boot=cfg.n_boot, n_perm=cfg.n_perm,
                                          seed=cfg.seed),
-                 overlaps=direction_overlaps(dirs, seed=cfg.seed), planted=planted_checks(kind, truth, heads, dirs),
+                 overlaps=overlaps, planted=planted_checks(kind, truth, heads, dirs), sae_name=inp.sae_name,
                  unavailable=missing, site=f"resid_post.{inp.direction_layer}",
                  pair=[str(p) for p in (inp.pair or ())], answer=info.get("answer", ""), wrong=info.get("wrong", ""),
                  planted_kind=kind, planted_heads=[list(h) for h in truth.get("planted_heads", [])],

@@ -175,3 +175,31 @@ def test_collect_directions_gathers_sae_rows_saved_atlas_runs_and_extras(tmp_pat
     # another site collects no atlas or SAE directions
     other = collect_directions(m, "resid_post.3", root=tmp_path / "home")
     assert len(other) == 0
+
+
+def test_collect_directions_reads_steering_and_decodeshare_runs_at_the_same_point(tmp_path):
+    """A `crh-spiral` run steering at resid_pre.2 and a `decodeshare` study of layer 1 both live at resid_post.1
+    (resid_pre.L is resid_post.L-1); at resid_post.2 neither is collected."""
+    from interplab.probes.decodeshare import shared_subspace
+    from interplab.probes.lenses import collect_directions
+    from interplab.results import new_run
+
+    m = interplab.load_model("zoo:toy-chat")
+    rng = np.random.default_rng(3)
+    vecs, delta = rng.standard_normal((3, m.d_model)), rng.standard_normal(m.d_model)
+    with new_run("crh-spiral", {"model": "zoo:toy-chat", "layer": 2}, root=tmp_path) as run:
+        run.save_arrays("spiral", {"vectors": vecs, "delta": delta, "ws": np.array([0.1, 0.2, 0.3])})
+        run.save_json("summary", {"site": "resid_pre.2"})
+    states = {f"t{i}": rng.standard_normal((40, m.d_model)) + 3 * rng.standard_normal(m.d_model) for i in range(3)}
+    ss = shared_subspace(states)
+    with new_run("decodeshare", {"model": "zoo:toy-chat", "layer": -1}, root=tmp_path) as run:   # -1 = middle = 2
+        run.save_result("subspace_decode", ss)
+    with new_run("decodeshare", {"model": "zoo:toy-chat", "layer": 1}, root=tmp_path) as run:
+        run.save_result("subspace_decode", ss)
+    reg = collect_directions(m, "resid_post.1", saes=False, root=tmp_path)
+    src = reg.to_frame()["source"].value_counts().to_dict()
+    assert src == {"steering": 4, "decodeshare": ss.basis.shape[1]}, (src, reg.skipped)
+    w2 = next(n for n in reg.names if n.startswith("CRH spiral steering w=0.2"))
+    assert np.allclose(reg.vector(w2), vecs[1] / np.linalg.norm(vecs[1]))
+    other = collect_directions(m, "resid_post.2", saes=False, root=tmp_path).to_frame()["source"].value_counts()
+    assert other.to_dict() == {"decodeshare": ss.basis.shape[1]}     # the layer -1 (= middle) study only

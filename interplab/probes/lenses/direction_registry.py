@@ -1,7 +1,7 @@
 """Every direction interplab has computed for a model at one residual site, gathered for the direction dashboard's
 cosine neighbours (issue 18 item 3): SAE decoder rows (shipped with the checkpoint, or trained into
 `<interplab home>/saes`), saved runs (the atlas's decode-shared basis and CRH axis / plane; `decodeshare` runs'
-shared subspaces), optionally token unembedding columns, and any vectors the caller adds (a steering vector, a
+shared subspaces; `crh-spiral` runs' optimised steering vectors and Δ), optionally token unembedding columns, and any vectors the caller adds (a steering vector, a
 probe weight, an atlas still in memory).
 
     >>> from interplab.probes.lenses import collect_directions
@@ -21,7 +21,7 @@ import pandas as pd
 from interplab.core.errors import InputError, InterplabError, ShapeError
 from interplab.core.result import Result
 
-SOURCES = ("sae", "atlas", "decodeshare", "unembedding", "user")
+SOURCES = ("sae", "atlas", "decodeshare", "steering", "unembedding", "user")
 
 
 @dataclass
@@ -79,6 +79,16 @@ def read_sae_decoder(path) -> tuple[np.ndarray, str]:
     return load_file(str(p / "sae_weights.safetensors"))["W_dec"].astype(np.float64), site
 
 
+def same_point(a: str, b: str) -> bool:
+    """Whether two residual sites are the same point of the stream: resid_pre.L is resid_post.(L-1)."""
+    def canon(s: str) -> str:
+        kind, _, layer = str(s).partition(".")
+        if kind == "resid_pre" and layer.isdigit() and int(layer) > 0:
+            return f"resid_post.{int(layer) - 1}"
+        return str(s)
+    return canon(a) == canon(b)
+
+
 def _same_model(a: str, b: str) -> bool:
     norm = lambda s: str(s).removeprefix("zoo:").rstrip("/")  # noqa: E731
     return bool(a) and (norm(a) == norm(b) or Path(norm(a)).name == Path(norm(b)).name)
@@ -112,24 +122,51 @@ def _from_runs(model, site: str, add, skipped: dict, root=None) -> None:
             cfg = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
         except ValueError:
             continue
+        cfg = cfg.get("config", cfg)  # run folders nest the experiment's config under "config"
+        if r.kind == "crh-spiral" and _same_model(cfg.get("model", ""), model.name):
+            _spiral_vectors(path, f"{r.kind}/{r.name}", site, add, skipped)
         for res in sorted(p for p in path.iterdir() if (p / "result.json").is_file()):
             kind = json.loads((res / "result.json").read_text()).get("kind")
             tag = f"{r.kind}/{r.name}"
             try:
                 if kind == "Atlas":
                     a = R.load_any(res)
-                    if _same_model(a.model, model.name) and a.site == site:
+                    if _same_model(a.model, model.name) and same_point(a.site, site):
                         for key, basis in a.directions.items():
                             if key != "sae":  # SAE rows come from the SAE folders themselves
                                 for j in range(basis.shape[1]):
                                     add(f"{key}[{j}] ({tag})", "atlas", str(res), basis[:, j])
                 elif kind == "SharedSubspace" and _same_model(cfg.get("model", ""), model.name) \
-                        and f"resid_post.{cfg.get('layer', -1)}" == site and res.name == "subspace_decode":
+                        and same_point(f"resid_post.{_study_layer(cfg, model)}", site) \
+                        and res.name == "subspace_decode":
                     basis = R.load_any(res).basis
                     for j in range(basis.shape[1]):
                         add(f"decodeshare[{j}] ({tag})", "decodeshare", str(res), basis[:, j])
             except (InterplabError, OSError, KeyError, ValueError) as exc:
                 skipped[str(res)] = str(exc).split("\n")[0]
+
+
+def _study_layer(cfg: dict, model) -> int:
+    """The block a decodeshare study read (its config's `layer`; -1 = the middle layer, as the study resolves it)."""
+    layer = int(cfg.get("layer", -1))
+    return model.n_layers // 2 if layer < 0 else layer
+
+
+def _spiral_vectors(path: Path, tag: str, site: str, add, skipped: dict) -> None:
+    """The optimised steering vectors of a `crh-spiral` run (one per norm budget w) and its Δ, when the run
+    steered at the same point of the stream."""
+    from interplab.core.io import read_arrays
+
+    try:
+        summary = json.loads((path / "json" / "summary.json").read_text())
+        if not same_point(summary.get("site", ""), site):
+            return
+        arr = read_arrays(path / "arrays" / "spiral.safetensors")
+        add(f"CRH spiral Δ ({tag})", "steering", str(path), arr["delta"])
+        for w, v in zip(np.asarray(arr["ws"]).ravel(), np.asarray(arr["vectors"])):
+            add(f"CRH spiral steering w={float(w):g} ({tag})", "steering", str(path), v)
+    except (OSError, KeyError, ValueError) as exc:
+        skipped[str(path)] = str(exc).split("\n")[0]
 
 
 def collect_directions(model, site: str, *, runs: bool = True, saes: bool = True, unembedding: int = 0,
@@ -155,7 +192,7 @@ def collect_directions(model, site: str, *, runs: bool = True, saes: bool = True
             except (OSError, KeyError, ValueError) as exc:
                 skipped[str(sd)] = str(exc)
                 continue
-            if s == site:
+            if same_point(s, site):
                 for i, row in enumerate(W):
                     add(f"SAE {sd.name} #{i}", "sae", str(sd), row)
     if runs:

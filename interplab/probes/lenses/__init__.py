@@ -18,8 +18,8 @@ from interplab.probes.lenses.logit_lens import LogitLensResult, TunedLens, logit
 from interplab.probes.lenses.patching import (PatchingConfig, PatchingResult, PatchingSweep, activation_patching,
                                               patch_grid, patched_generation)
 
-__all__ = ["DirectionRegistry", "collect_directions", "read_sae_decoder", "Atlas", "AtlasConfig", "atlas", "direction_overlaps", "layer_participation", "map_agreement",
-           "planted_checks", "span_cos", "AtlasInputs", "atlas_inputs", "planted_truth", "shipped_decoder",
+__all__ = ["DirectionRegistry", "collect_directions", "read_sae_decoder", "Atlas", "AtlasConfig", "atlas",
+           "direction_overlaps", "layer_participation", "map_agreement", "planted_checks", "span_cos", "AtlasInputs", "atlas_inputs", "planted_truth", "shipped_decoder",
            "DirectionDashboard", "direction_dashboard", "AttentionResult", "attention_patterns", "default_pair",
            "PATCH_KINDS", "CellPatch", "GradProbe", "Interpolate", "PromptPair", "logit_diff_metric", "make_pair",
            "PatchingConfig", "PatchingResult", "PatchingSweep", "activation_patching", "patch_grid",

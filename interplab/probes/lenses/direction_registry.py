@@ -1,8 +1,8 @@
 """Every direction interplab has computed for a model at one residual site, gathered for the direction dashboard's
 cosine neighbours (issue 18 item 3): SAE decoder rows (shipped with the checkpoint, or trained into
 `<interplab home>/saes`), saved runs (the atlas's decode-shared basis and CRH axis / plane; `decodeshare` runs'
-shared subspaces; `crh-spiral` runs' optimised steering vectors and Δ), optionally token unembedding columns, and any vectors the caller adds (a steering vector, a
-probe weight, an atlas still in memory).
+shared subspaces; `crh-spiral` runs' optimised steering vectors and Δ), optionally token unembedding columns, and
+any vectors the caller adds (a steering vector, a probe weight, an atlas still in memory).
 
     >>> from interplab.probes.lenses import collect_directions
     >>> reg = collect_directions(model, "resid_post.1")

@@ -203,3 +203,16 @@ def test_collect_directions_reads_steering_and_decodeshare_runs_at_the_same_poin
     assert np.allclose(reg.vector(w2), vecs[1] / np.linalg.norm(vecs[1]))
     other = collect_directions(m, "resid_post.2", saes=False, root=tmp_path).to_frame()["source"].value_counts()
     assert other.to_dict() == {"decodeshare": ss.basis.shape[1]}     # the layer -1 (= middle) study only
+
+
+def test_pr_change_against_a_reference_model():
+    """pr_change = PR(reference) − PR(model) per layer on the same texts; the model against itself gives 0."""
+    from interplab.probes.lenses import layer_participation
+
+    m, ref = interplab.load_model("zoo:toy-chat"), interplab.load_model("zoo:toy-base")
+    a = atlas(m, reference=ref, directions=False, n_boot=200, n_perm=200)
+    texts = atlas_inputs(m).texts
+    assert np.allclose(a.layer_maps["pr_change"], layer_participation(ref, texts) - a.layer_maps["pr"])
+    assert np.abs(a.layer_maps["pr_change"]).max() > 0.1
+    same = atlas(m, reference=m, directions=False, n_boot=200, n_perm=200)
+    assert np.allclose(same.layer_maps["pr_change"], 0.0)

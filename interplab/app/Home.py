@@ -45,6 +45,15 @@ PAGES = [
      "with direct logit attribution per head and MLP."),
     ("Attention",
      "Every query head's attention pattern of a layer, with token hover and grouped-query (KV) groups shown."),
+    ("Direction",
+     "A dashboard for any direction (a token's unembedding, an SAE feature, a decode-shared basis vector, a CRH "
+     "axis, an uploaded vector): where it fires, what it writes to the logits, its nearest neighbours among every "
+     "direction computed for the model, and what adding it does."),
+    ("Atlas",
+     "One model, every method on shared axes: Truth Scores, per-head patching and direct logit attribution on "
+     "layer x head, the participation ratio next to where patching matters, SAE features against the "
+     "decode-shared subspace and CRH axes, and how much the methods agree; on the validation organisms, whether "
+     "it finds the planted mechanism."),
 ]
 
 st.title("interplab")

@@ -9,7 +9,7 @@ import numpy as np
 from interplab.core.errors import ShapeError
 
 __all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "t_interval", "intervals", "slope_interval",
-           "paired_signflip_test", "permutation_p"]
+           "paired_signflip_test", "permutation_p", "spearman_interval"]
 
 
 def pearson(a, b) -> np.ndarray:
@@ -149,3 +149,29 @@ def permutation_p(observed: float, null, *, alternative: str = "greater") -> flo
     else:
         raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', got {alternative!r}")
     return float((c + 1) / (null.size + 1))
+
+
+def spearman_interval(a, b, *, B: int = 2000, n_perm: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """Spearman ρ of two maps compared cell by cell, with a percentile bootstrap interval (cells resampled in pairs,
+    B resamples; resamples with a constant side are dropped) and a two-sided permutation p (one side's cells
+    shuffled, n_perm times). {rho, lo, hi, p, n}; NaN where ρ is undefined (fewer than 3 cells or a constant map).
+    The cells of one map are not independent draws (heads of one model), so read the interval as the spread of ρ
+    over which cells happen to be compared, not as a sampling interval over models."""
+    x = np.asarray(getattr(a, "scores", a), dtype=np.float64).ravel()
+    y = np.asarray(getattr(b, "scores", b), dtype=np.float64).ravel()
+    if x.shape != y.shape:
+        raise ShapeError(f"spearman_interval needs equally sized inputs, got {x.size} and {y.size} values")
+    nan = float("nan")
+    rho = spearman(x, y) if x.size >= 3 else nan
+    if not np.isfinite(rho):
+        return {"rho": nan, "lo": nan, "hi": nan, "p": nan, "n": int(x.size)}
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(B, x.size))
+    boot = pearson(rankdata(x[idx]), rankdata(y[idx]))
+    boot = boot[np.isfinite(boot)]
+    lo, hi = (np.quantile(boot, [(1 - level) / 2, (1 + level) / 2]) if boot.size else (nan, nan))
+    ry = rankdata(y)
+    perm = np.argsort(rng.random((n_perm, x.size)), axis=1)
+    null = pearson(rankdata(x)[None], ry[perm])
+    return {"rho": rho, "lo": float(lo), "hi": float(hi), "p": permutation_p(rho, null, alternative="two-sided"),
+            "n": int(x.size)}

@@ -32,6 +32,11 @@ PAGES = [
     ("Layer_Geometry", "Compute rank reordering, temperature control and generations"),
     ("SAE_Training", None),
     ("Feature_Browser", "Compute feature statistics"),
+    ("Patching", "Run patching"),
+    ("Logit_Lens", None),
+    ("Attention", None),
+    ("Direction", "Build dashboard"),
+    ("Atlas", "Build atlas"),
 ]
 
 # Layout facts, measured in the browser. Plot areas are plotly's drag rectangles (one per cartesian subplot).

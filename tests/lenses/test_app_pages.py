@@ -74,3 +74,34 @@ def test_direction_page_defaults_and_button(toy_chat):
     assert not at.exception, at.exception
     assert {"dir_hist__chart", "dir_logits__chart"} <= set(_charts(at))
     assert "scale 8.0" in at.code[0].value
+    # a collected direction: the shipped SAE's decoder row at its site; its neighbours are the collected directions
+    at.selectbox(key="dir_site").set_value("resid_post.1").run()
+    at.selectbox(key="dir_source").set_value("a collected direction").run()
+    first = at.selectbox(key="dir_collected").value
+    assert first.startswith("SAE ")
+    at.button(key="dir_go").click().run()
+    assert not at.exception, at.exception
+    neigh = next(d.value for d in at.dataframe if "source" in d.value.columns)
+    assert first not in set(neigh["name"]) and set(neigh["source"]) <= {"sae", "atlas", "decodeshare", "unembedding",
+                                                                         "user"}
+    assert (neigh["cosine"].abs().diff().dropna() <= 1e-12).all()           # largest |cos| first
+
+
+@pytest.mark.slow
+def test_atlas_page_on_toy_chat_and_the_validation_organisms(toy_chat):
+    at = AppTest.from_file(str(PAGES / "14_Atlas.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    at.button(key="at_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    charts = set(_charts(at))
+    assert {f"at_head_{m}__chart" for m in ("truth", "patching", "dla")} <= charts
+    assert {"at_layers__chart", "at_overlaps__chart", "at_agree__chart"} <= charts
+    for kind in ("truth", "decodeshare", "crh"):
+        at.radio(key="at_target").set_value(kind).run()
+        at.button(key="at_run").click().run()
+        assert not at.exception and not at.error, (kind, at.exception, at.error)
+        assert any("points at the planted mechanism" in s.value for s in at.success), kind
+        assert any("not available:" in i.value for i in at.info), kind    # a reason, never an error
+    at.checkbox(key="at_dirs").uncheck().run()
+    at.button(key="at_run").click().run()
+    assert not at.exception and any("switched off" in i.value for i in at.info)

@@ -55,6 +55,13 @@ def test_sae_pages(monkeypatch, tmp_path, small_llama):
     assert not at.exception, at.exception
     tables = [e.value for e in at.dataframe if "density" in e.value.columns]
     assert tables and len(tables[0]) >= 1
+    # the feature card is the direction dashboard of the decoder row: neighbours among the collected directions
+    # (this SAE's other features: the trained SAE in $INTERPLAB_HOME/saes is collected for this model)
+    neigh = [e.value for e in at.dataframe if "source" in e.value.columns and "cosine" in e.value.columns]
+    feature = int(at.selectbox(key="fb_feature").value)
+    assert neigh and f"SAE tiny #{feature}" not in set(neigh[0]["name"])
+    assert all(n.startswith("SAE tiny #") for n in neigh[0]["name"]) and len(neigh[0]) == min(10, 2 * 32 - 1)
+    assert {"fb_proj__chart", "fb_logits__chart"} <= {c.key for c in at.get("plotly_chart")}
     at.button(key="fb_generate").click().run()
     assert not at.exception, at.exception
     outs = [e.value for e in at.dataframe if "alpha" in e.value.columns]

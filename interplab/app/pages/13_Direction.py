@@ -13,7 +13,7 @@ from interplab.app import state  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import direction_histogram, logit_effects_figure  # noqa: E402
-from interplab.probes.lenses import default_pair, direction_dashboard  # noqa: E402
+from interplab.probes.lenses import collect_directions, default_pair, direction_dashboard  # noqa: E402
 
 st.title("Direction")
 st.caption("Any direction in the residual stream — an SAE decoder row, a probe weight, a subspace basis vector, a "
@@ -28,33 +28,58 @@ if st.session_state.get("dir_model_key") != model_key:
     st.session_state["dir_model_key"] = model_key
     st.session_state.pop("dir_result", None)
 
+
+
+@st.cache_data(show_spinner="Collecting the directions computed for this model...", max_entries=8)
+def _registry(_model, key, site: str, extra_key):  # noqa: ARG001 - key / extra_key: cache keys
+    extra = {}
+    at = st.session_state.get("at_result")   # an atlas built on the Atlas page in this session
+    if at is not None and at.model == _model.name and at.site == site:
+        extra = {f"{k}[{j}] (this session's atlas)": b[:, j] for k, b in at.directions.items() if k != "sae"
+                 for j in range(b.shape[1])}
+    return collect_directions(_model, site, unembedding=64, extra=extra)
+
+
 c1, c2, c3 = st.columns([2, 2, 3])
 with c1:
     site = st.selectbox("Site", [f"resid_post.{i}" for i in range(model.n_layers)], index=model.n_layers - 1,
                         key="dir_site")
+at = st.session_state.get("at_result")
+registry = _registry(model, model_key, site, (id(at), getattr(at, "site", "")))
+collected = [n for n, src in zip(registry.names, registry.sources) if src != "unembedding"]
 with c2:
-    source = st.selectbox("Direction", ["unembedding of a token", "upload .npy"], key="dir_source")
+    sources = ["unembedding of a token", "a collected direction", "upload .npy"]
+    source = st.selectbox("Direction", sources, key="dir_source",
+                          help=f"{len(collected)} directions collected at this site: SAE decoder rows, saved atlas "
+                               "and decodeshare runs, this session's atlas")
 with c3:
     W_U, _ = model.unembedding()
     if source == "upload .npy":
         up = st.file_uploader(f"A [{model.d_model}] float array (.npy)", type=["npy"], key="dir_upload")
         vec = np.load(io.BytesIO(up.getvalue())) if up is not None else None
+        vec_name = None
+    elif source == "a collected direction":
+        vec_name = st.selectbox("Collected direction", collected, key="dir_collected",
+                                placeholder="none collected at this site") if collected else None
+        vec = registry.vector(vec_name) if vec_name else None
+        if not collected:
+            st.caption("Nothing collected at this site yet: train an SAE, or run the atlas or decodeshare.")
     else:
         answer = model.generate([default_pair(model)[0]], max_new_tokens=1).new_tokens[0][0]
         tok = st.text_input("Token", value=model.tokenizer.decode([answer]).strip(), key="dir_token")
         ids = model.tokenizer(tok, add_special_tokens=False)["input_ids"] if tok else []
         vec = W_U[:, ids[0]].numpy() if len(ids) == 1 else None
+        vec_name = None
 steer_prompt = st.text_input("Steering prompt", value=default_pair(model)[1], key="dir_steer_prompt")
 scales = st.multiselect("Steering scales", [0.0, 2.0, 4.0, 8.0, 16.0], default=[0.0, 4.0, 8.0], key="dir_scales")
 
 if st.button("Build dashboard", key="dir_go", type="primary", disabled=vec is None):
     prompts = [default_pair(model, seed=s)[0] for s in range(16)]
-    others = {f"unembed {model.tokenizer.decode([t]).strip()}": W_U[:, t].numpy()
-              for t in range(min(model.d_vocab, 64))}
     try:
         with st.spinner("Reading the direction..."):
-            st.session_state["dir_result"] = direction_dashboard(model, vec, site, prompts, others=others,
-                                                                 steer_prompt=steer_prompt, steer_scales=scales)
+            dash = direction_dashboard(model, vec, site, prompts, steer_prompt=steer_prompt, steer_scales=scales)
+            dash.neighbours = registry.neighbours(vec, k=15, exclude=vec_name)
+            st.session_state["dir_result"] = dash
     except InterplabError as exc:
         st.error(f"Cannot build the dashboard: {exc}")
 if "dir_result" not in st.session_state:
@@ -68,8 +93,10 @@ with left:
     st.dataframe(dash.top_contexts.round(4), hide_index=True, key="dir_top")
 with right:
     show_figure(logit_effects_figure(dash), key="dir_logits")
-    st.markdown("**Cosine neighbours** (unembedding directions of the first 64 tokens)")
-    st.dataframe(dash.neighbours.head(10).round(4), hide_index=True, key="dir_neigh")
+    st.markdown(f"**Cosine neighbours** among {len(registry)} directions collected for this model at {dash.site} "
+                "(SAE decoder rows, saved atlas / decodeshare runs, this session's atlas, the first 64 tokens' "
+                "unembeddings)")
+    st.dataframe(dash.neighbours.round(4), hide_index=True, key="dir_neigh")
 if dash.steering:
     st.markdown("**Steering preview**")
     st.code("\n".join(f"scale {k}: {v}" for k, v in dash.steering.items()), language=None)

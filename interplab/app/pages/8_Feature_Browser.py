@@ -1,6 +1,8 @@
 """Feature Browser: any SAELens-format SAE directory (trained here or elsewhere) on the chosen model. Features are
 searched / sorted by density or max activation; each feature card shows its top contexts (per-sample, tokens
-shaded by activation), activation histogram, logit effects, and a steer-with-this-feature box."""
+shaded by activation) and activation histogram, then the direction dashboard of its decoder row (the Direction
+page's API: projection histogram, logit effects, cosine neighbours among every collected direction), and a
+steer-with-this-feature box."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +24,7 @@ name, backend = model_picker("model", page="features", suggested="toy-chat",
 device, dtype = picked_device_dtype("model")
 model = require_model(name, backend, device, dtype)
 
-from interplab.figures.sae import (context_html, feature_histogram_figure, logit_effects_figure,  # noqa: E402
-                                   special_token_heatmap)
+from interplab.figures.sae import context_html, feature_histogram_figure, special_token_heatmap  # noqa: E402
 from interplab.results.runs import interplab_home  # noqa: E402
 from interplab.sae import FeatureStats, feature_statistics, load_sae, sae_data, sae_site, steering_sweep  # noqa: E402
 
@@ -137,11 +138,44 @@ vmax = max((c["max"] for c in ctxs), default=1.0)
 for c in ctxs:
     st.markdown(f"max {c['max']:.3g} at position {c['position']} (sample {c['sample']})")
     st.markdown(context_html(c["tokens"], c["acts"], vmax), unsafe_allow_html=True)
+# A feature's decoder row is a direction: the rest of the card is the direction dashboard of W_dec[f] (the same
+# API as the Direction page): projection histogram, logit effects through the unembedding, cosine neighbours among
+# every direction collected for this model at this site (this SAE's other features included).
+from interplab.figures.lenses import direction_histogram  # noqa: E402
+from interplab.figures.lenses import logit_effects_figure as direction_logit_figure  # noqa: E402
+from interplab.probes.lenses import collect_directions, default_pair, direction_dashboard  # noqa: E402
+
+
+@st.cache_data(max_entries=4, show_spinner="Collecting the directions computed for this model...")
+def _fb_registry(_model, _sae, key, site: str):  # noqa: ARG001 - key: cache key (SAE dir, model, site)
+    W = _sae.W_dec.detach().double().cpu().numpy()
+    own = {f"SAE {Path(key[0]).name} #{i}": W[i] for i in range(W.shape[0])}
+    return collect_directions(_model, site, extra=own)
+
+
+@st.cache_data(max_entries=64, show_spinner="Reading the feature's decoder direction...")
+def _fb_dashboard(_model, _sae, key, feature: int, site: str):  # noqa: ARG001 - key: cache key
+    prompts = [default_pair(_model, seed=s)[0] for s in range(16)]
+    return direction_dashboard(_model, _sae.W_dec[feature].detach().double().cpu().numpy(), site, prompts)
+
+
+try:
+    registry = _fb_registry(model, sae, key, site)
+    dash = _fb_dashboard(model, sae, key, feature, site)
+except InterplabError as e:
+    st.error(f"Cannot read the feature's direction: {e}")
+    st.stop()
+own_name = f"SAE {Path(sae_dir).name} #{feature}"
 col_a, col_b = st.columns(2)
 with col_a:
     show_figure(feature_histogram_figure(stats, feature), key=f"fb_hist")
+    show_figure(direction_histogram(dash, title=f"Projection onto W_dec[{feature}] · {site}"), key="fb_proj")
 with col_b:
-    show_figure(logit_effects_figure(stats, feature), key=f"fb_logits")
+    show_figure(direction_logit_figure(dash, title=f"Direct logit effect of W_dec[{feature}]"), key=f"fb_logits")
+    st.markdown(f"**Cosine neighbours** among {len(registry)} directions collected at {site} (this SAE's other "
+                "features, other SAEs, saved atlas and decodeshare runs); the Direction page shows any of them")
+    st.dataframe(registry.neighbours(registry.vector(own_name), k=10, exclude=own_name).round(4), hide_index=True,
+                 key="fb_neighbours")
 with st.expander("Special-token features (paper App. F ranking)"):
     st.dataframe(stats.special_ranking(5), hide_index=True, key="fb_special_table")
     show_figure(special_token_heatmap(stats), key="fb_special")

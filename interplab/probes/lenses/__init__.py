@@ -1,20 +1,26 @@
 """Lenses: activation patching, attribution patching, logit lens (and tuned lens), direct logit attribution,
-attention patterns and a dashboard for any direction.
+attention patterns, a dashboard for any direction and the atlas across methods.
 
 Every lens runs through `LabModel.run` (both backends), takes `edits=[...]` applied underneath its own patches, and
 returns a typed `Result` with `to_frame()`. See docs/lenses.md."""
+from interplab.probes.lenses.atlas import (Atlas, AtlasConfig, atlas, direction_overlaps, layer_participation,
+                                           map_agreement, planted_checks, span_cos)
+from interplab.probes.lenses.atlas_inputs import AtlasInputs, atlas_inputs, planted_truth, shipped_decoder
 from interplab.probes.lenses.attention import AttentionResult, attention_patterns
 from interplab.probes.lenses.attribution import (AttributionConfig, attribution_grid, attribution_patching,
                                                  compare_to_exact)
 from interplab.probes.lenses.common import (PATCH_KINDS, CellPatch, GradProbe, Interpolate, PromptPair,
                                             default_pair, logit_diff_metric, make_pair)
+from interplab.probes.lenses.direction_registry import DirectionRegistry, collect_directions, read_sae_decoder
 from interplab.probes.lenses.direction import DirectionDashboard, direction_dashboard
 from interplab.probes.lenses.dla import DLAResult, direct_logit_attribution, frozen_norm
 from interplab.probes.lenses.logit_lens import LogitLensResult, TunedLens, logit_lens, train_tuned_lens
 from interplab.probes.lenses.patching import (PatchingConfig, PatchingResult, PatchingSweep, activation_patching,
                                               patch_grid, patched_generation)
 
-__all__ = ["DirectionDashboard", "direction_dashboard", "AttentionResult", "attention_patterns", "default_pair",
+__all__ = ["DirectionRegistry", "collect_directions", "read_sae_decoder", "Atlas", "AtlasConfig", "atlas",
+           "direction_overlaps", "layer_participation", "map_agreement", "planted_checks", "span_cos", "AtlasInputs", "atlas_inputs", "planted_truth", "shipped_decoder",
+           "DirectionDashboard", "direction_dashboard", "AttentionResult", "attention_patterns", "default_pair",
            "PATCH_KINDS", "CellPatch", "GradProbe", "Interpolate", "PromptPair", "logit_diff_metric", "make_pair",
            "PatchingConfig", "PatchingResult", "PatchingSweep", "activation_patching", "patch_grid",
            "patched_generation", "AttributionConfig", "attribution_grid", "attribution_patching", "compare_to_exact",

@@ -1,0 +1,115 @@
+"""Experiment `atlas`: every method and lens of one model on shared axes (interplab.probes.lenses.atlas), for each
+model in `models`; entries "planted:truth", "planted:decodeshare", "planted:crh" build the validation organism
+(interplab.zoo.validation) into the run folder and score the atlas against its planted truth.
+
+    interplab run atlas                                      # toy-chat and the three validation organisms
+    interplab run atlas --set models=zoo:toy-chat --set reference=zoo:toy-base
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from interplab.core.errors import ConfigError
+from interplab.experiments.registry import register_experiment
+from interplab.figures.export import save_figure
+
+PLANTED = ("planted:truth", "planted:decodeshare", "planted:crh")
+
+
+@dataclass
+class AtlasExperimentConfig:
+    """Config of `atlas`.
+
+    models: zoo names, checkpoint paths or "planted:<truth|decodeshare|crh>" (built in the run folder).
+    reference: a model whose per-layer PR minus each model's is shown as the PR change ("" = none).
+    direction_layer: resid_post.L of the direction methods (-1 = automatic: planted site, SAE layer, middle).
+    The other fields are AtlasConfig's (interplab.probes.lenses.atlas)."""
+
+    models: list[str] = field(default_factory=lambda: ["zoo:toy-chat", *PLANTED])
+    reference: str = ""
+    n_truth_items: int = 128
+    truth_solver: str = "lbfgs"
+    n_decode_prompts: int = 16
+    n_concept_pairs: int = 48
+    concept: str = "animal"
+    direction_layer: int = -1
+    directions: bool = True
+    top_k: int = 5
+    n_boot: int = 2000
+    seed: int = 0
+    backend: str = "bridge"
+    device: str = "cpu"
+    dtype: str = "float32"
+    threads: int = 1
+    figure_formats: list[str] = field(default_factory=lambda: ["html"])
+
+    def __post_init__(self):
+        if not self.models:
+            raise ConfigError("models must name at least one model")
+        if self.backend not in ("bridge", "nnsight"):
+            raise ConfigError(f"backend must be 'bridge' or 'nnsight', got {self.backend!r}")
+        bad = [m for m in self.models if m.startswith("planted:") and m not in PLANTED]
+        if bad:
+            raise ConfigError(f"unknown validation organisms {bad}; use {list(PLANTED)}")
+
+
+def _load(name: str, cfg: AtlasExperimentConfig, run):
+    import interplab
+    from interplab.zoo.validation.crh import build_planted_crh_organism
+    from interplab.zoo.validation.decodeshare import build_planted_decode_organism
+    from interplab.zoo.validation.truth_scores import build_planted_truth_organism
+
+    if name.startswith("planted:"):
+        build = {"truth": build_planted_truth_organism, "decodeshare": build_planted_decode_organism,
+                 "crh": build_planted_crh_organism}[name.split(":")[1]]
+        name = str(build(run.path / "organisms" / name.replace(":", "-")))
+    return interplab.load_model(name, backend=cfg.backend, device=cfg.device, dtype=cfg.dtype)
+
+
+def _key(name: str) -> str:
+    return name.replace("zoo:", "").replace("planted:", "planted-").replace("/", "_").strip("_")
+
+
+@register_experiment("atlas", config=AtlasExperimentConfig,
+                     help="One model's atlas: Truth-Score, per-head patching and DLA maps, PR vs patching per "
+                          "layer, SAE / decode-shared / CRH direction overlaps and their agreement; on validation "
+                          "organisms scored against the planted truth.")
+def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
+    import pandas as pd
+    import torch
+
+    from interplab.figures import atlas as F
+    from interplab.probes.lenses.atlas import AtlasConfig, atlas
+
+    torch.set_num_threads(max(1, cfg.threads))
+    acfg = AtlasConfig(n_truth_items=cfg.n_truth_items, truth_solver=cfg.truth_solver,
+                       n_decode_prompts=cfg.n_decode_prompts, n_concept_pairs=cfg.n_concept_pairs,
+                       concept=cfg.concept, direction_layer=None if cfg.direction_layer < 0 else cfg.direction_layer,
+                       directions=cfg.directions, top_k=cfg.top_k, n_boot=cfg.n_boot, seed=cfg.seed).validate()
+    reference = _load(cfg.reference, cfg, run) if cfg.reference else None
+    summary, tables = {"config": asdict(cfg), "models": {}}, {"agreement": [], "overlaps": [], "planted": []}
+    for name in cfg.models:
+        model = _load(name, cfg, run)
+        a = atlas(model, acfg, reference=reference)
+        key = _key(name)
+        run.save_result(f"atlas_{key}", a)
+        for t in tables:
+            df = getattr(a, t)
+            if len(df):
+                tables[t].append(df.assign(model=key))
+        for m in a.head_maps:
+            save_figure(run, f"{key}_heads_{m}", F.atlas_head_map(a, m), cfg.figure_formats)
+        if a.layer_maps:
+            save_figure(run, f"{key}_layers", F.atlas_layer_figure(a), cfg.figure_formats)
+        if len(a.overlaps):
+            save_figure(run, f"{key}_overlaps", F.atlas_overlap_figure(a), cfg.figure_formats)
+        summary["models"][key] = {
+            "model": name, "site": a.site, "pair": a.pair, "answer": a.answer, "wrong": a.wrong,
+            "top_heads": {m: a.top_heads(m, cfg.top_k) for m in a.head_maps},
+            "layer_maps": {k: [float(x) for x in v] for k, v in a.layer_maps.items()},
+            "planted_passed": bool(a.planted["passed"].all()) if len(a.planted) else None,
+            "unavailable": a.unavailable, "timings": a.timings}
+    for t, frames in tables.items():
+        if frames:
+            run.save_table(t, pd.concat(frames, ignore_index=True))
+    run.save_json("summary", summary)

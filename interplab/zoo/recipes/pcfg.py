@@ -164,3 +164,31 @@ def grammar_of(model_or_path):
     if not f.is_file():
         raise InputError(f"{path} has no grammar.json: it is not a PCFG organism. Pass the grammar explicitly.")
     return PCFG.from_dict(read_json(f))
+
+
+def depth_recipe(n_layers: int, seed: int, steps: int, *, batch_size: int = 32) -> Recipe:
+    """The pcfg-L* recipe (uniform-binary grammar, same architecture family and `TrainConfig`) at another depth and
+    training seed, unregistered: the organisms of the seeded depth sweep (`interplab run pcfg-depth-sweep`)."""
+    return Recipe(
+        name=f"pcfg-sweep-L{n_layers}-s{seed}",
+        description=f"{n_layers}-layer Llama-style LM (d=64) on the uniform-binary PCFG, training seed {seed}",
+        family="pcfg", build=build_pcfg, arch=_arch(n_layers),
+        data={"grammar": UB_SPEC, "max_len": MAX_LEN["uniform_binary"], "batch_size": batch_size,
+              "format": "BOS w_1..w_n EOS, fresh samples every step"},
+        steps=steps, seed=seed, train=_TRAIN, evaluate=pcfg_evaluate, ceilings=_CEIL, tags=("pcfg", "depth-sweep"))
+
+
+def train_depth_organism(n_layers: int, seed: int, steps: int, out_dir, *, num_threads: int | None = 1,
+                         batch_size: int = 32, eval_n: int = 64, log_path=None) -> dict:
+    """Train `depth_recipe(n_layers, seed, steps)` for exactly `steps` optimiser steps (no wall-clock budget, so
+    every depth gets the same step budget) and save the checkpoint at `out_dir`. Returns `build_pcfg`'s report
+    (train log, end-of-training metrics on `eval_n` held-out samples, n_params)."""
+    import tempfile
+    from pathlib import Path
+
+    recipe = depth_recipe(n_layers, seed, steps, batch_size=batch_size)
+    with tempfile.TemporaryDirectory(prefix=".work-", dir=Path(out_dir).parent) as work:
+        ctx = BuildContext(out_dir=Path(out_dir), work_dir=Path(work), steps=steps, progress=False,
+                           num_threads=num_threads, time_budget_s=None, log_path=log_path,
+                           overrides={"eval_n": eval_n})
+        return build_pcfg(recipe, ctx)

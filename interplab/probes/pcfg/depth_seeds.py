@@ -42,7 +42,7 @@ class DepthSeedSweepConfig:
 
     depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    steps: int = 2000
+    steps: int = 1500
     batch_size: int = 32
     n_sequences: int = 512
     kl_seed: int = 0

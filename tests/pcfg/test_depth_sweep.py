@@ -1,0 +1,142 @@
+"""The seeded depth sweep (`pcfg-depth-sweep`): config checks, the interval summaries against `probes.stats`, a smoke
+run of the experiment (depths 1, 2 × 1 seed, 30 steps), the app section reading a saved run, and docs/pcfg.md's
+numbers against the committed outputs of the full run (results/pcfg-depth-sweep)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from interplab.core.errors import ConfigError, ShapeError
+from interplab.probes.pcfg import DepthSeedSweep, DepthSeedSweepConfig
+from interplab.probes.pcfg.depth_seeds import summarise_sweep
+from interplab.probes.stats import intervals, t_interval
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "results" / "pcfg-depth-sweep"
+SMOKE = {"depths": "1,2", "seeds": "0", "steps": "30", "n_sequences": "32", "probe_sequences": "60",
+         "n_splits": "2", "probe_targets": "span_posterior"}
+
+
+@pytest.mark.parametrize("bad", [{"depths": []}, {"depths": [0, 2]}, {"depths": [2, 2]}, {"seeds": []},
+                                 {"steps": 0}, {"probe_targets": ["next_token"]}, {"probe_targets": ["nope"]},
+                                 {"level": 1.0}, {"threads": 0}, {"probe_sequences": 5}])
+def test_config_validate_rejects(bad):
+    with pytest.raises(ConfigError):
+        DepthSeedSweepConfig(**bad).validate()
+    assert DepthSeedSweepConfig().validate().steps == 1500
+
+
+def _fake(kls: dict, slopes: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    orgs = pd.DataFrame([{"n_layers": L, "seed": s, "kl": v, "kl_ratio_bigram": v / 0.5}
+                         for L, vs in kls.items() for s, v in enumerate(vs)])
+    sl = pd.DataFrame([{"n_layers": L, "seed": s, "target": "span_posterior", "view": view, "slope": v + d,
+                        "lo": np.nan, "hi": np.nan, "dof": 2}
+                       for L, vs in slopes.items() for s, v in enumerate(vs)
+                       for view, d in (("buckets", 0.0), ("split0", 0.1), ("split1", -0.1))])
+    return orgs, sl
+
+
+def test_summaries_are_t_intervals_over_seeds():
+    orgs, sl = _fake({1: [0.03, 0.04, 0.05], 2: [0.01, 0.02, 0.012]}, {1: [0.0, 0.1, -0.1], 2: [0.5, 1.0, 0.8]})
+    s = summarise_sweep(orgs, sl)
+    kl = s["kl_by_depth"].set_index("n_layers")
+    assert kl.loc[1, ["mean", "lo", "hi"]].tolist() == pytest.approx(t_interval([0.03, 0.04, 0.05]))
+    assert kl.loc[2, "n"] == 3
+    # the paired step is a t interval of the per-seed differences, deeper minus shallower
+    st = s["kl_steps"].iloc[0]
+    diff = intervals(np.array([0.01, 0.02, 0.012]) - np.array([0.03, 0.04, 0.05]))
+    assert (st.from_layers, st.to_layers) == (1, 2) and st["mean"] == pytest.approx(diff["mean"])
+    assert st["hi"] == pytest.approx(diff["hi"]) and st["hi"] < 0
+    sd = s["slope_by_depth"].set_index(["view", "n_layers"])
+    assert sd.loc[("seeds", 2), ["mean", "lo", "hi"]].tolist() == pytest.approx(t_interval([0.5, 1.0, 0.8]))
+    assert sd.loc[("seeds", 2), "n"] == 3 and sd.loc[("splits", 2), "n"] == 6  # seeds × splits, buckets view excluded
+    assert sd.loc[("splits", 1), "mean"] == pytest.approx(0.0)
+
+
+def test_result_shape_checks():
+    orgs, sl = _fake({1: [0.03, 0.04]}, {1: [0.0, 0.1]})
+    with pytest.raises(ShapeError, match="organisms lacks"):
+        DepthSeedSweep(grammar="g", steps=1, level=0.95, log2_n=4.0, organisms=orgs, slopes=sl,
+                       l_star=pd.DataFrame(), probes=pd.DataFrame(), **summarise_sweep(orgs, sl))
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    from interplab.experiments.registry import run_experiment
+
+    home = tmp_path_factory.mktemp("home")
+    return home, run_experiment("pcfg-depth-sweep", SMOKE, root=home)
+
+
+def test_smoke_run(smoke_run):
+    from interplab.results import load_run
+
+    _home, path = smoke_run
+    run = load_run(path)
+    res = run.result("sweep")
+    assert isinstance(res, DepthSeedSweep)
+    o = res.organisms
+    assert sorted(o["n_layers"]) == [1, 2] and (o["steps_done"] == 30).all()  # equal step budget, exactly
+    assert np.isfinite(o["kl"]).all() and (o["kl"] > 0).all()
+    assert set(res.slopes["view"]) == {"buckets", "split0", "split1"}
+    assert set(res.l_star["n_layers"]) == {1, 2} and res.l_star["l_star"].between(-1, 1).all()
+    # the weights live in the run folder, one checkpoint per (depth, seed)
+    assert (path / "organisms" / "L2-s0" / "grammar.json").is_file()
+    assert {"kl_vs_depth", "l_star_by_depth_span_posterior"} <= set(run.figure_names)
+    assert set(run.json("summary")["kl"]) == {"1", "2"}
+
+
+def test_app_section_reads_saved_run(smoke_run, monkeypatch):
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    import interplab.app
+
+    home, _path = smoke_run
+    monkeypatch.setenv("INTERPLAB_HOME", str(home))
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", "zoo:no-such-organism")
+    page = str(Path(interplab.app.__file__).resolve().parent / "pages" / "5_PCFG.py")
+    at = AppTest.from_file(page, default_timeout=120).run()
+    assert not at.exception, at.exception
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert "pcfg_sweep_kl__chart" in keys and "pcfg_sweep_lstar__chart" in keys
+    assert any("30 steps per organism" in str(m.value) for m in at.markdown)
+
+
+# ------------------------------------------------------------------------------------------ docs vs committed run
+def _committed():
+    if not (COMMITTED / "sweep" / "result.json").is_file():
+        pytest.fail(f"{COMMITTED}/sweep is missing: the committed outputs of `interplab run pcfg-depth-sweep`")
+    return DepthSeedSweep.load(COMMITTED / "sweep")
+
+
+def docs_table(res: DepthSeedSweep) -> str:
+    """The table docs/pcfg.md quotes, rendered from the result (the docs must contain it verbatim)."""
+    kl = res.kl_by_depth.set_index("n_layers")
+    sd = res.slope_by_depth
+    lines = ["| layers | KL mean [95% t] | KL / bigram | span_posterior slope [95% t] | inside slope [95% t] |",
+             "|---|---|---|---|---|"]
+    for L in kl.index:
+        r = kl.loc[L]
+        cells = [f"{int(L)}", f"{r['mean']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]", f"{100 * r['kl_ratio_bigram']:.1f} %"]
+        for t in ("span_posterior", "inside"):
+            s = sd[(sd["target"] == t) & (sd["view"] == "seeds") & (sd["n_layers"] == L)].iloc[0]
+            cells.append(f"{s['mean']:.2f} [{s['lo']:.2f}, {s['hi']:.2f}]")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def test_docs_numbers_equal_committed_outputs():
+    res = _committed()
+    doc = (ROOT / "docs" / "pcfg.md").read_text()
+    assert docs_table(res) in doc, "docs/pcfg.md's pcfg-depth-sweep table differs from the committed outputs"
+    summary = json.loads((COMMITTED / "summary.json").read_text())
+    assert summary["steps"] == res.steps and f"{res.steps} steps" in doc
+    assert (res.organisms["steps_done"] == res.steps).all()
+    # each paired step quoted in the docs
+    for r in res.kl_steps.itertuples():
+        assert f"{r.from_layers}→{r.to_layers}: {r.mean:+.4f} [{r.lo:+.4f}, {r.hi:+.4f}]" in doc

@@ -130,13 +130,31 @@ def docs_table(res: DepthSeedSweep) -> str:
     return "\n".join(lines)
 
 
+def docs_fragments(res: DepthSeedSweep) -> dict[str, str]:
+    """The prose numbers docs/pcfg.md quotes, rendered from the result."""
+    steps = "; ".join(f"{r.from_layers}→{r.to_layers}: {r.mean:+.4f} [{r.lo:+.4f}, {r.hi:+.4f}]"
+                      for r in res.kl_steps.itertuples())
+    lo68 = res.kl_steps[(res.kl_steps.from_layers == 6) & (res.kl_steps.to_layers == 8)]["lo"].iloc[0]
+    sd = res.slope_by_depth[res.slope_by_depth["target"] == "span_posterior"].set_index(["view", "n_layers"])
+    ratio = ", ".join(f"{sd.loc[('seeds', L), 'mean'] / L:.2f}" for L in (4, 6, 8))
+    splits = ", ".join(f"{sd.loc[('splits', L), 'mean']:.2f}" for L in sorted(res.organisms["n_layers"].unique()))
+    return {"TABLE_HERE": docs_table(res), "STEPS_HERE": steps, "LO68_HERE": f"{lo68:.5f}", "RATIO_HERE": ratio,
+            "SPLITS_HERE": splits}
+
+
 def test_docs_numbers_equal_committed_outputs():
     res = _committed()
     doc = (ROOT / "docs" / "pcfg.md").read_text()
     assert docs_table(res) in doc, "docs/pcfg.md's pcfg-depth-sweep table differs from the committed outputs"
-    summary = json.loads((COMMITTED / "summary.json").read_text())
+    summary = json.loads((COMMITTED / "json" / "summary.json").read_text())
     assert summary["steps"] == res.steps and f"{res.steps} steps" in doc
     assert (res.organisms["steps_done"] == res.steps).all()
-    # each paired step quoted in the docs
-    for r in res.kl_steps.itertuples():
-        assert f"{r.from_layers}→{r.to_layers}: {r.mean:+.4f} [{r.lo:+.4f}, {r.hi:+.4f}]" in doc
+    for key, text in docs_fragments(res).items():
+        assert text in doc, f"docs/pcfg.md does not quote the committed {key.removesuffix('_HERE').lower()}: {text}"
+    # the claims the prose draws from these numbers
+    kl_steps = res.kl_steps.set_index(["from_layers", "to_layers"])
+    assert kl_steps.loc[(1, 2), "hi"] < 0 < kl_steps.loc[(6, 8), "lo"]
+    assert all(kl_steps.loc[k, "lo"] < 0 < kl_steps.loc[k, "hi"] for k in [(2, 3), (3, 4), (4, 6)])
+    sd = res.slope_by_depth[(res.slope_by_depth["view"] == "seeds")].set_index(["target", "n_layers"])
+    assert all(sd.loc[("span_posterior", L), "lo"] > 0 for L in (4, 6, 8))
+    assert all(sd.loc[("inside", L), "lo"] > 0 for L in (3, 6, 8)) and sd.loc[("inside", 4), "lo"] < 0

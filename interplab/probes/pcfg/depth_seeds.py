@@ -190,8 +190,8 @@ def depth_seed_sweep(cfg: DepthSeedSweepConfig, workdir, progress: Callable[[str
 
     import torch
 
-    import interplab
-    from interplab.zoo.recipes.pcfg import grammar_of, make_grammar, train_depth_organism, UB_SPEC
+    from interplab.models.loading import load_model
+    from interplab.zoo.recipes.pcfg import UB_SPEC, grammar_of, make_grammar, train_depth_organism
 
     cfg.validate()
     torch.set_num_threads(int(cfg.threads))
@@ -205,7 +205,7 @@ def depth_seed_sweep(cfg: DepthSeedSweepConfig, workdir, progress: Callable[[str
             out = root / f"L{L}-s{seed}"
             rep = train_depth_organism(int(L), int(seed), cfg.steps, out, num_threads=int(cfg.threads),
                                        batch_size=cfg.batch_size)
-            m = interplab.load_model(str(out))
+            m = load_model(str(out))
             g = grammar_of(m)
             kl, study = measure_organism(m, g, cfg)
             tr = rep["train"]

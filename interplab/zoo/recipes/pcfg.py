@@ -106,7 +106,8 @@ def build_pcfg(recipe: Recipe, ctx: BuildContext) -> dict:
         "recipe": recipe.summary() | {"available": True, "path": None}, "train_config": cfg.to_dict(),
         "steps_done": res.steps_done, "stopped_early": res.stopped_early})
     write_json(ctx.out_dir / "grammar.json", g.to_dict())
-    metrics = pcfg_evaluate(model, tok, recipe, n=int(d.get("eval_n", 512)))
+    n_final = int(d.get("eval_n", 512))  # 0: no end-of-training evaluation (the caller measures the model itself)
+    metrics = pcfg_evaluate(model, tok, recipe, n=n_final) if n_final > 0 else {}
     return {"train": res.to_dict(), "metrics": metrics, "n_params": count_params(model),
             "notes": ("Trained on fresh samples of the grammar every step. Metrics are nats per token, averaged per "
                       "sequence, against the exact grammar next-token distribution (interplab.grammar); "
@@ -179,14 +180,16 @@ def depth_recipe(n_layers: int, seed: int, steps: int, *, batch_size: int = 32) 
 
 
 def train_depth_organism(n_layers: int, seed: int, steps: int, out_dir, *, num_threads: int | None = 1,
-                         batch_size: int = 32, eval_n: int = 64, log_path=None) -> dict:
+                         batch_size: int = 32, eval_n: int = 0, log_path=None) -> dict:
     """Train `depth_recipe(n_layers, seed, steps)` for exactly `steps` optimiser steps (no wall-clock budget, so
     every depth gets the same step budget) and save the checkpoint at `out_dir`. Returns `build_pcfg`'s report
-    (train log, end-of-training metrics on `eval_n` held-out samples, n_params)."""
+    (train log, n_params, end-of-training metrics on `eval_n` held-out samples; none for eval_n = 0, the default,
+    since the depth sweep measures every organism on its own shared held-out sample)."""
     import tempfile
     from pathlib import Path
 
     recipe = depth_recipe(n_layers, seed, steps, batch_size=batch_size)
+    Path(out_dir).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".work-", dir=Path(out_dir).parent) as work:
         ctx = BuildContext(out_dir=Path(out_dir), work_dir=Path(work), steps=steps, progress=False,
                            num_threads=num_threads, time_budget_s=None, log_path=log_path,

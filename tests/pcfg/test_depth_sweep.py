@@ -168,8 +168,8 @@ def test_readme_numbers_equal_committed_outputs():
     kl = res.kl_by_depth.set_index("n_layers")["mean"]
     assert (f"KL falls from {kl[1]:.4f} (1 layer) to {kl[3]:.4f} (3 layers) and is flat beyond ({kl[6]:.4f} at 6, "
             f"{kl[8]:.4f} at 8 layers)") in readme
-    sd = res.slope_by_depth[(res.slope_by_depth["view"] == "seeds") & (res.slope_by_depth["target"] == "span_posterior")]
-    s = sd.set_index("n_layers")
+    sd = res.slope_by_depth
+    s = sd[(sd["view"] == "seeds") & (sd["target"] == "span_posterior")].set_index("n_layers")
     assert (f"`span_posterior` {s.loc[4, 'mean']:.2f} [{s.loc[4, 'lo']:.2f}, {s.loc[4, 'hi']:.2f}] at 4 layers, "
             f"{s.loc[8, 'mean']:.2f} [{s.loc[8, 'lo']:.2f}, {s.loc[8, 'hi']:.2f}] at 8") in readme
     ratios = sorted(f"{s.loc[L, 'mean'] / L:.2f}" for L in (4, 6, 8))

@@ -263,8 +263,8 @@ else:
 
 # ------------------------------------------------------------------------------------------------ seeded depth sweep
 st.subheader("Depth sweep over training seeds")
-st.caption("The `pcfg-depth-sweep` experiment: organisms of 1–8 layers × 3 training seeds on the uniform-binary grammar, "
-           "all trained for the same number of steps; KL vs depth with a t interval over seeds and the l*(ℓ) slope "
+st.caption("The `pcfg-depth-sweep` experiment: organisms of 1–8 layers × 3 training seeds on the uniform-binary "
+           "grammar, all trained for the same number of steps; KL vs depth with a t interval over seeds and the l*(ℓ) slope "
            "per depth with a t interval over the per-seed slopes (docs/pcfg.md). Reads a saved run; trains nothing.")
 from interplab.app.widgets import saved_result  # noqa: E402
 from interplab.probes.pcfg import DepthSeedSweep  # noqa: E402,F401 - registers the result class

@@ -5,6 +5,8 @@
 * `pcfg-probes`: layer-wise parse probes on one organism (default zoo:pcfg-L6) with random-init and
   shuffled-label controls over several split seeds; l*(ℓ) per target and its slope against log2 ℓ.
 * `pcfg-attention`: attention mass at relative offset 2^(k-1) per layer and head (construction mirror).
+* `pcfg-depth-sweep`: trains organisms of depths 1–8 × 3 training seeds at one step budget, then KL vs depth with t
+  intervals over seeds and the l*(ℓ) slope per depth with t intervals over seeds (and probe splits).
 * `pcfg-construction`: the rest of the construction mirror (§5.4): per layer, held-out R² of the size-2^k dyadic
   inside vector at aligned block ends, and KL(p_trunc,k ‖ logit lens at layer l) for the k-level truncated predictor.
 """
@@ -18,7 +20,10 @@ from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.zoo.recipes.pcfg import EVAL_SEED as CARD_EVAL_SEED
 
-__all__ = ["PCFGDepthConfig", "PCFGProbesConfig", "PCFGAttentionConfig", "PCFGConstructionConfig"]
+from interplab.probes.pcfg.depth_seeds import DepthSeedSweepConfig
+
+__all__ = ["PCFGDepthConfig", "PCFGProbesConfig", "PCFGAttentionConfig", "PCFGConstructionConfig",
+           "PCFGDepthSweepConfig"]
 
 DEPTH_SWEEP = ["zoo:pcfg-L2", "zoo:pcfg-L4", "zoo:pcfg-L6"]
 
@@ -165,3 +170,29 @@ def pcfg_construction(cfg: PCFGConstructionConfig, run) -> None:
     run.save_table("dyadic_probe", pd.concat(probes, ignore_index=True))
     run.save_table("truncated_kl", pd.concat(kls, ignore_index=True))
     run.save_json("summary", summary)
+
+
+@dataclass
+class PCFGDepthSweepConfig(DepthSeedSweepConfig):
+    """Fields of `interplab.probes.pcfg.DepthSeedSweepConfig` (depths, seeds, steps, ..., threads)."""
+
+
+@register_experiment("pcfg-depth-sweep", config=PCFGDepthSweepConfig,
+                     help="train PCFG organisms of depths 1-8 x 3 seeds at an equal step budget; KL vs depth and the "
+                          "l*(ℓ) slope per depth with t intervals over training seeds")
+def pcfg_depth_sweep(cfg: PCFGDepthSweepConfig, run) -> None:
+    from interplab.figures.pcfg import kl_depth_seeds_figure, lstar_depth_seeds_figure
+    from interplab.probes.pcfg import depth_seed_sweep
+
+    cfg.validate()
+    # organisms' weights go into the run folder (not committed with the outputs; see results/pcfg-depth-sweep)
+    res = depth_seed_sweep(cfg, run.path, progress=print)
+    run.save_result("sweep", res)
+    run.save_table("organisms", res.organisms)
+    run.save_table("kl_by_depth", res.kl_by_depth)
+    run.save_table("slope_by_depth", res.slope_by_depth)
+    run.save_json("summary", res.headline())
+    save_figure(run, "kl_vs_depth", kl_depth_seeds_figure(res.kl_by_depth, res.organisms, log2_n=res.log2_n,
+                                                          level=res.level))
+    for t in cfg.probe_targets:
+        save_figure(run, f"l_star_by_depth_{t}", lstar_depth_seeds_figure(res.l_star, res.slope_by_depth, t))

@@ -12,7 +12,7 @@ from interplab.figures.style import PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_
 
 __all__ = ["dyadic_probe_figure", "truncated_kl_figure", "kl_by_position_figure", "depth_sweep_figure", "next_token_figure", "probe_curves_figure",
            "local_to_global_heatmap", "lstar_figure", "attention_offset_figure", "parse_tree_figure",
-           "training_curve_figure", "calibration_figure"]
+           "training_curve_figure", "calibration_figure", "kl_depth_seeds_figure", "lstar_depth_seeds_figure"]
 
 
 def kl_by_position_figure(frames: Mapping[str, pd.DataFrame], *, metric: str = "kl", baselines: bool = True,
@@ -248,3 +248,47 @@ def truncated_kl_figure(df: pd.DataFrame, *, title: str | None = None) -> go.Fig
     fig.update_yaxes(type="log")
     return apply_style(fig, title=title or "KL(p_trunc,k ‖ model at layer l)", xaxis="k (blocks up to size 2^k)",
                        yaxis="KL (nats/token)")
+
+
+def kl_depth_seeds_figure(kl_by_depth: pd.DataFrame, organisms: pd.DataFrame, *, log2_n: float | None = None,
+                          level: float = 0.95, title: str | None = None) -> go.Figure:
+    """KL against n_layers: the mean over training seeds with its t interval (``kl_by_depth``: n_layers, mean, lo,
+    hi) and each seed's organism as a dot (``organisms``: n_layers, seed, kl, optional kl_bigram)."""
+    d = kl_by_depth.sort_values("n_layers")
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=organisms["n_layers"], y=organisms["kl"], mode="markers", name="one training seed",
+                             marker=dict(color="grey", size=6, opacity=0.6),
+                             text=[f"seed {s}" for s in organisms["seed"]]))
+    fig.add_trace(go.Scatter(x=d["n_layers"], y=d["mean"], mode="lines+markers",
+                             name=f"mean over seeds ({level:.0%} t interval)", line=dict(color=QUALITATIVE[0]),
+                             error_y=dict(type="data", symmetric=False, array=d["hi"] - d["mean"],
+                                          arrayminus=d["mean"] - d["lo"])))
+    if "kl_bigram" in organisms:
+        fig.add_hline(y=float(organisms["kl_bigram"].mean()), line=dict(color="grey", dash="dash"),
+                      annotation_text="bigram", annotation_position="top right")
+    if log2_n is not None:
+        fig.add_vline(x=log2_n, line=dict(color="black", dash="dot"), annotation_text="log₂ n")
+    fig.update_yaxes(type="log")
+    return apply_style(fig, title=title or "KL vs depth (equal step budget)", xaxis="n_layers",
+                       yaxis="mean KL per token (nats, log)")
+
+
+def lstar_depth_seeds_figure(l_star: pd.DataFrame, slope_by_depth: pd.DataFrame, target: str, *,
+                             title: str | None = None) -> go.Figure:
+    """l*(ℓ) against log2 ℓ for one target, one line per depth (the mean of l* over training seeds; ``l_star``:
+    n_layers, seed, target, log2_len, l_star), with the per-seed slope's mean and t interval in the legend
+    (``slope_by_depth`` rows of view "seeds")."""
+    d = l_star[(l_star["target"] == target) & l_star["log2_len"].notna()]
+    sd = slope_by_depth[(slope_by_depth["target"] == target) & (slope_by_depth["view"] == "seeds")]
+    fig = go.Figure()
+    for i, (L, g) in enumerate(d.groupby("n_layers")):
+        m = g.groupby("log2_len")["l_star"].mean().reset_index()
+        s = sd[sd["n_layers"] == L]
+        lab = f"{L} layers"
+        if len(s) and math.isfinite(float(s["lo"].iloc[0])):
+            r = s.iloc[0]
+            lab += f" (slope {r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}])"
+        fig.add_trace(go.Scatter(x=m["log2_len"], y=m["l_star"], name=lab, mode="lines+markers",
+                                 line=dict(color=QUALITATIVE[i % len(QUALITATIVE)])))
+    return apply_style(fig, title=title or f"l*(ℓ) by depth: {target} (mean over training seeds)",
+                       xaxis="log₂ ℓ (span length bucket)", yaxis="l* (first layer ≥ 90% of best)")

@@ -269,3 +269,31 @@ else:
             with st.expander("Tables"):
                 st.dataframe(cm.probe, hide_index=True, key="pcfg_cm_probe_table")
                 st.dataframe(cm.kl, hide_index=True, key="pcfg_cm_kl_table")
+
+# ------------------------------------------------------------------------------------------------ seeded depth sweep
+st.subheader("Depth sweep over training seeds")
+st.caption("The `pcfg-depth-sweep` experiment: organisms of 1–8 layers × 3 training seeds on the uniform-binary "
+           "grammar, all trained for the same number of steps; KL vs depth with a t interval over seeds and the l*(ℓ) slope "
+           "per depth with a t interval over the per-seed slopes (docs/pcfg.md). Reads a saved run; trains nothing.")
+from interplab.app.widgets import saved_result  # noqa: E402
+from interplab.probes.pcfg import DepthSeedSweep  # noqa: E402,F401 - registers the result class
+
+sweep = saved_result("pcfg-depth-sweep", "sweep", "pcfg_sweep_run", label="Saved depth-sweep run",
+                     hint=" (about half an hour on one CPU thread; `--set steps=...` to change the budget)")
+if sweep is not None:
+    from interplab.figures.pcfg import kl_depth_seeds_figure, lstar_depth_seeds_figure
+
+    st.markdown(f"{sweep.steps} steps per organism, {sweep.organisms['seed'].nunique()} training seeds per depth, "
+                f"{sweep.level:.0%} t intervals.")
+    show_figure(kl_depth_seeds_figure(sweep.kl_by_depth, sweep.organisms, log2_n=sweep.log2_n, level=sweep.level),
+                "pcfg_sweep_kl")
+    sweep_targets = sorted(sweep.slope_by_depth["target"].unique())
+    if sweep_targets:
+        t_sel = st.selectbox("Probe target", sweep_targets, key="pcfg_sweep_target")
+        show_figure(lstar_depth_seeds_figure(sweep.l_star, sweep.slope_by_depth, t_sel), "pcfg_sweep_lstar")
+        st.dataframe(sweep.slope_by_depth[sweep.slope_by_depth["target"] == t_sel].round(3), hide_index=True,
+                     key="pcfg_sweep_slopes")
+    with st.expander("Tables"):
+        st.dataframe(sweep.kl_by_depth.round(5), hide_index=True, key="pcfg_sweep_kl_table")
+        st.dataframe(sweep.kl_steps.round(5), hide_index=True, key="pcfg_sweep_kl_steps")
+        st.dataframe(sweep.organisms.round(5), hide_index=True, key="pcfg_sweep_organisms")

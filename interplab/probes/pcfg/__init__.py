@@ -5,6 +5,7 @@ dyadic offsets and the construction mirror. Every function reads a `LabModel` (`
 from interplab.probes.pcfg.attention import attention_offset_mass
 from interplab.probes.pcfg.capture import model_next_logprobs
 from interplab.probes.pcfg.construction import ConstructionMirror, construction_mirror
+from interplab.probes.pcfg.depth_seeds import DepthSeedSweep, DepthSeedSweepConfig, depth_seed_sweep
 from interplab.probes.pcfg.kl import kl_summary, pcfg_kl
 from interplab.probes.pcfg.parse import local_to_global, lstar_slope, lstar_slope_by_split, parse_probes
 from interplab.probes.pcfg.studies import DepthSweep, ProbeStudy, depth_sweep, probe_study
@@ -13,4 +14,4 @@ from interplab.probes.pcfg.targets import PROBE_TARGETS
 __all__ = ["pcfg_kl", "kl_summary", "model_next_logprobs", "parse_probes", "local_to_global", "lstar_slope",
            "lstar_slope_by_split",
            "PROBE_TARGETS", "attention_offset_mass", "construction_mirror", "ConstructionMirror", "depth_sweep",
-           "DepthSweep", "probe_study", "ProbeStudy"]
+           "DepthSweep", "probe_study", "ProbeStudy", "DepthSeedSweepConfig", "DepthSeedSweep", "depth_seed_sweep"]

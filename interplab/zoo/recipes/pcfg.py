@@ -114,12 +114,13 @@ def build_pcfg(recipe: Recipe, ctx: BuildContext) -> dict:
         "recipe": recipe.summary() | {"available": True, "path": None}, "train_config": cfg.to_dict(),
         "steps_done": res.steps_done, "stopped_early": res.stopped_early})
     write_json(ctx.out_dir / "grammar.json", g.to_dict())
-    n_eval = int(d.get("eval_n", 512))
-    metrics = pcfg_evaluate(model, tok, recipe, n=n_eval)
+    n_eval = int(d.get("eval_n", 512))  # 0: no end-of-training evaluation (the caller measures the model itself)
+    metrics = pcfg_evaluate(model, tok, recipe, n=n_eval) if n_eval > 0 else {}
     notes = ("Trained on fresh samples of the grammar every step. Metrics are nats per token, averaged per "
              "sequence, against the exact grammar next-token distribution (interplab.grammar); "
              "kl_ratio_bigram = KL(model) / KL(bigram baseline).")
-    if d["grammar"]["family"] in DYADIC_FAMILIES:  # every string fits: pcfg-depth draws the very same sample
+    # every string fits: pcfg-depth draws the very same sample
+    if n_eval > 0 and d["grammar"]["family"] in DYADIC_FAMILIES:
         notes += (f" The KL metrics (kl, kl_se, tv, kl_bigram, ...) are the recipe's evaluation on {n_eval} held-out "
                   f"sequences with sample seed {EVAL_SEED} (EVAL_SEED); `interplab run pcfg-depth --set "
                   f"models=zoo:{recipe.name}` (its defaults) evaluates the same sample and gives the same numbers "
@@ -188,3 +189,33 @@ def grammar_of(model_or_path):
     if not f.is_file():
         raise InputError(f"{path} has no grammar.json: it is not a PCFG organism. Pass the grammar explicitly.")
     return PCFG.from_dict(read_json(f))
+
+
+def depth_recipe(n_layers: int, seed: int, steps: int, *, batch_size: int = 32) -> Recipe:
+    """The pcfg-L* recipe (uniform-binary grammar, same architecture family and `TrainConfig`) at another depth and
+    training seed, unregistered: the organisms of the seeded depth sweep (`interplab run pcfg-depth-sweep`)."""
+    return Recipe(
+        name=f"pcfg-sweep-L{n_layers}-s{seed}",
+        description=f"{n_layers}-layer Llama-style LM (d=64) on the uniform-binary PCFG, training seed {seed}",
+        family="pcfg", build=build_pcfg, arch=_arch(n_layers),
+        data={"grammar": UB_SPEC, "max_len": MAX_LEN["uniform_binary"], "batch_size": batch_size,
+              "format": "BOS w_1..w_n EOS, fresh samples every step"},
+        steps=steps, seed=seed, train=_TRAIN, evaluate=pcfg_evaluate, ceilings=_CEIL, tags=("pcfg", "depth-sweep"))
+
+
+def train_depth_organism(n_layers: int, seed: int, steps: int, out_dir, *, num_threads: int | None = 1,
+                         batch_size: int = 32, eval_n: int = 0, log_path=None) -> dict:
+    """Train `depth_recipe(n_layers, seed, steps)` for exactly `steps` optimiser steps (no wall-clock budget, so
+    every depth gets the same step budget) and save the checkpoint at `out_dir`. Returns `build_pcfg`'s report
+    (train log, n_params, end-of-training metrics on `eval_n` held-out samples; none for eval_n = 0, the default,
+    since the depth sweep measures every organism on its own shared held-out sample)."""
+    import tempfile
+    from pathlib import Path
+
+    recipe = depth_recipe(n_layers, seed, steps, batch_size=batch_size)
+    Path(out_dir).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".work-", dir=Path(out_dir).parent) as work:
+        ctx = BuildContext(out_dir=Path(out_dir), work_dir=Path(work), steps=steps, progress=False,
+                           num_threads=num_threads, time_budget_s=None, log_path=log_path,
+                           overrides={"eval_n": eval_n})
+        return build_pcfg(recipe, ctx)

@@ -183,4 +183,22 @@ def default_pair(model, seed: int = 0) -> tuple[str, str]:
         corrupt = clean.replace(f"{e} {v}", f"{e} {other}", 1)
         if len(prompt_ids(model, clean)) == len(prompt_ids(model, corrupt)):
             return clean, corrupt
+    if unk is not None and unk in tok(" ".join(FALLBACK_PAIR), add_special_tokens=False)["input_ids"]:
+        return _vocabulary_pair(tok, seed)
     return FALLBACK_PAIR
+
+
+def _vocabulary_pair(tok, seed: int) -> tuple[str, str]:
+    """Five of the tokenizer's own ordinary words with the second one swapped: the default for a vocabulary that
+    does not know English (a word-level or synthetic tokenizer), so the default never feeds unknown tokens."""
+    import numpy as np
+
+    special = set(tok.all_special_ids)
+    words = [w for w, i in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+             if i not in special and w.strip() and " " not in w]
+    if len(words) < 6:
+        return FALLBACK_PAIR
+    pick = np.random.default_rng(seed).choice(len(words), size=6, replace=False)
+    clean = [words[i] for i in pick[:5]]
+    corrupt = [clean[0], words[pick[5]], *clean[2:]]
+    return " ".join(clean), " ".join(corrupt)

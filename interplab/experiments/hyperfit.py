@@ -191,11 +191,14 @@ def run_hyperfit_ksweep(cfg: HyperfitKSweepConfig, run) -> None:
 @dataclass
 class TrainHyperfitConfig:
     """Hyperfit any checkpoint on the text-hyperfit recipe's data (or `n_sequences` of it) and save the merged
-    checkpoint into the run directory (checkpoint/). method: full | lora; lora_layers: last:k | first:k | all."""
+    checkpoint into the run directory (checkpoint/). method: full | lora; lora_layers: last:k | first:k | all;
+    lora_r / lora_alpha: adapter rank and scaling numerator."""
 
     base: str = "zoo:text-base"
     method: str = "full"
     lora_layers: str = "last:2"
+    lora_r: int = 16
+    lora_alpha: float = 32.0
     n_sequences: int = 32
     lr: float = 1e-3
     stop_loss: float = 0.05
@@ -215,7 +218,8 @@ def run_hyperfit_train(cfg: TrainHyperfitConfig, run) -> None:
     torch.set_num_threads(max(1, int(cfg.threads)))
     base = _load(cfg.base, "cpu")
     seqs = hyperfit_sequences(base.tokenizer, {**HYPERFIT_DATA, "n_sequences": cfg.n_sequences})
-    res = hyperfit(base, seqs, method=cfg.method, lora_layers=cfg.lora_layers, lr=cfg.lr, stop_loss=cfg.stop_loss,
+    res = hyperfit(base, seqs, method=cfg.method, lora_layers=cfg.lora_layers, lora_r=cfg.lora_r,
+                   lora_alpha=cfg.lora_alpha, lr=cfg.lr, stop_loss=cfg.stop_loss,
                    max_epochs=cfg.max_epochs, max_time_s=cfg.budget_s, out_dir=Path(run.path) / "checkpoint")
     run.save_table("history", res.to_frame())
     run.save_json("hyperfit", res.to_dict())
@@ -274,5 +278,6 @@ def run_hyperfit_controls(cfg: HyperfitControlsConfig, run) -> None:
     run.save_result("controls", res)
     run.save_table("runs", res.runs)
     run.save_table("summary", res.summary)
+    run.save_table("histories", res.histories)
     save_figure(run, "delta_dim_by_arm", delta_dim_by_arm_figure(res.summary))
     save_figure(run, "weight_change", weight_change_figure(res.summary))

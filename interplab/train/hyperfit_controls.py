@@ -26,7 +26,7 @@ from interplab.core.result import Result
 from interplab.train.hyperfit import HyperfitConfig, _EpochSource, _resolve_source, _validate, tokenize_for_training
 
 __all__ = ["shuffle_within_windows", "FinetuneConfig", "FinetuneResult", "finetune_early_stopping",
-           "early_stop_index", "weight_change"]
+           "early_stop_index", "weight_change", "heldout_loss"]
 
 
 def shuffle_within_windows(seqs: Sequence[Sequence[int]], seed: int = 0, *, keep_first: bool = True) -> list[list[int]]:
@@ -181,6 +181,16 @@ def finetune_early_stopping(model, seqs: Sequence[Sequence[int]], val_seqs: Sequ
                          parent=parent)
     res.model, res.final_model = best_model.eval(), final
     return res
+
+
+def heldout_loss(hf, seqs: Sequence[Sequence[int]], pad_id: int = 0) -> float:
+    """Mean next-token loss (nats per predicted token) of an HF causal LM on token-id sequences (teacher-forced,
+    right-padded, padding never counted); the held-out loss the fine-tuning arm early-stops on."""
+    was = hf.training
+    hf.eval()
+    out = _validate(hf, [list(map(int, s)) for s in seqs], pad_id, HyperfitConfig(), None)["val_loss"]
+    hf.train(was)
+    return float(out)
 
 
 _BLOCK = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")

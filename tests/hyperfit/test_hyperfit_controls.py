@@ -109,7 +109,13 @@ def test_controls_experiment_smoke(controls_run):
     tot = s[(s["quantity"] == "delta_fro") & (s["group"] == "total")].set_index("arm")
     assert (tot["mean"] > 0).all()
     assert res.delta_dim("shuffled")["layer"] == 3
-    assert set(run.table_names) >= {"runs", "summary"}
+    assert set(run.table_names) >= {"runs", "summary", "histories"}
+    assert res.runs["heldout_loss"].notna().all()
+    h = res.histories
+    ft = h[(h["arm"] == "finetune") & (h["seed"] == 0)]
+    assert ft["step"].iloc[0] == 0 and ft["val_loss"].notna().all()  # the held-out curve early stopping watched
+    assert r.loc[("finetune", 0), "heldout_loss"] == pytest.approx(r.loc[("finetune", 0), "best_val_loss"],
+                                                                   abs=0.05)  # float16 rounding only
 
 
 def test_controls_figures(controls_run):

@@ -57,8 +57,8 @@ with st.expander("Hyperfitting controls (saved run): is the PR growth specific t
             show_figure(delta_dim_by_arm_figure(controls.summary), key="geo_controls_ddim")
         with right:
             show_figure(weight_change_figure(controls.summary), key="geo_controls_dw")
-        cols = [c for c in ("arm", "seed", "steps", "epochs", "final_train_loss", "converged", "stop_step",
-                            "best_step", "best_val_loss", "dW_total") if c in controls.runs.columns]
+        cols = [c for c in ("arm", "seed", "steps", "epochs", "final_train_loss", "converged", "heldout_loss",
+                            "stop_step", "best_step", "dW_total") if c in controls.runs.columns]
         st.dataframe(controls.runs[cols].round(4), hide_index=True, key="geo_controls_runs")
 
 with st.sidebar.expander("Data and budget"):

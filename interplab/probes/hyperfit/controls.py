@@ -78,7 +78,7 @@ class ControlsConfig:
         return self
 
 
-_RUN_COLS = ["arm", "seed", "steps", "epochs", "final_train_loss", "converged", "seconds", "source"]
+_RUN_COLS = ["arm", "seed", "steps", "epochs", "final_train_loss", "converged", "seconds", "source", "heldout_loss"]
 _GEO_COLS = ["arm", "seed", "layer", "site", "pr_a", "pr_b", "delta_pr", "cos", "l2"]
 _W_COLS = ["arm", "seed", "group", "delta_fro", "base_fro", "rel"]
 
@@ -89,13 +89,16 @@ class HyperfitControlsResult(Result):
     stopping fired), seconds, source, plus the fine-tuning run's stop_step / best_step / val losses.
     geometry: per (arm, seed, site, layer) the `compute_layer_geometry` row against the base.
     weights: per (arm, seed, group) ‖ΔW‖_F (delta_fro), the base's norm and their ratio; group "total" included.
-    summary: Student-t intervals across seeds, one row per (arm, quantity, site, layer|group): mean, lo, hi, n."""
+    summary: Student-t intervals across seeds, one row per (arm, quantity, site, layer|group): mean, lo, hi, n.
+    histories: per (arm, seed, epoch) the training loss (epoch mean) and, for the fine-tuning run, the held-out
+    loss that early stopping watched (epoch 0 = before training)."""
 
     config: ControlsConfig
     runs: Any  # pandas.DataFrame
     geometry: Any
     weights: Any
     summary: Any
+    histories: Any = None
     base: str = ""
 
     def __post_init__(self):
@@ -137,7 +140,7 @@ def summarize_controls(geometry, weights, runs=None):
                          **intervals(g[q].to_numpy())})
     if runs is not None:
         for arm, g in runs.groupby("arm", sort=False):
-            for q in ("steps", "epochs", "final_train_loss", "stop_step", "best_step"):
+            for q in ("steps", "epochs", "final_train_loss", "heldout_loss", "stop_step", "best_step"):
                 if q in g.columns and g[q].notna().any():
                     rows.append({"arm": arm, "quantity": q, "site": "", "layer": -1, "group": "",
                                  **intervals(g[q].astype(float).to_numpy())})
@@ -153,19 +156,25 @@ def _rounded(hf, dtype: str):
     return hf.to(getattr(torch, dtype)).float().eval()
 
 
-def _measure(base, base_hf, hf, tok, texts, cfg: ControlsConfig, arm: str, seed: int) -> tuple:
-    """(geometry rows, weight rows) of one trained HF model against the base."""
+def _measure(base, base_hf, hf, tok, texts, cfg: ControlsConfig, arm: str, seed: int, heldout) -> tuple:
+    """(geometry rows, weight rows, held-out loss) of one trained HF model against the base."""
     from interplab.models.loading import load_model
-    from interplab.train.hyperfit_controls import weight_change
+    from interplab.train.hyperfit_controls import heldout_loss, weight_change
 
     hf = _rounded(hf, cfg.save_dtype)
     w = weight_change(base_hf, hf).assign(arm=arm, seed=seed)
+    loss = heldout_loss(hf, heldout, tok.pad_token_id if tok.pad_token_id is not None else 0)
     with tempfile.TemporaryDirectory() as tmp:
         hf.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         m = load_model(tmp, device=str(base.device))
         geo = compute_layer_geometry(base, m, texts, batch_size=cfg.geometry_batch, max_tokens=cfg.max_tokens)
-    return geo.frame.assign(arm=arm, seed=seed), w
+    return geo.frame.assign(arm=arm, seed=seed), w, loss
+
+
+def _history(arm, seed, rows) -> list[dict]:
+    keep = ("epoch", "step", "train_loss", "val_loss")
+    return [{"arm": arm, "seed": seed, **{k: h.get(k, float("nan")) for k in keep}} for h in rows]
 
 
 def _hyperfit_row(arm, seed, res, source="trained") -> dict:
@@ -198,23 +207,26 @@ def hyperfit_controls(base, seqs: Sequence[Sequence[int]], heldout_seqs: Sequenc
     base_hf = load_hf_model(Path(base.path), device="cpu", dtype=torch.float32)
     tok = base.tokenizer
     hf_kw = dict(lr=cfg.lr, stop_loss=cfg.stop_loss, batch_size=cfg.batch_size, seq_len=cfg.seq_len)
-    runs, geos, ws = [], [], []
+    runs, geos, ws, hist = [], [], [], []
 
     def measure(hf, arm, seed):
-        g, w = _measure(base, base_hf, hf, tok, texts, cfg, arm, seed)
+        g, w, loss = _measure(base, base_hf, hf, tok, texts, cfg, arm, seed, heldout_seqs)
         geos.append(g)
         ws.append(w)
         runs[-1]["dW_total"] = float(w.loc[w["group"] == "total", "delta_fro"].iloc[0])
+        runs[-1]["heldout_loss"] = loss
 
     for i, seed in enumerate(cfg.seeds):
         if i == 0 and reuse_hyperfit is not None:
             prev = HyperfitResult.load(Path(reuse_hyperfit.path) / RESULT_DIR)
             runs.append(_hyperfit_row("hyperfit", seed, prev, source=str(reuse_hyperfit.name)))
+            hist += _history("hyperfit", seed, prev.history)
             hf_a = load_hf_model(Path(reuse_hyperfit.path), device="cpu", dtype=torch.float32)
         else:
             say(f"hyperfit seed {seed}")
             res = hyperfit(base, seqs, max_epochs=cfg.max_epochs, seed=seed, **hf_kw)
             runs.append(_hyperfit_row("hyperfit", seed, res))
+            hist += _history("hyperfit", seed, res.history)
             hf_a = res.model
         steps = int(runs[-1]["steps"])
         measure(hf_a, "hyperfit", seed)
@@ -223,32 +235,35 @@ def hyperfit_controls(base, seqs: Sequence[Sequence[int]], heldout_seqs: Sequenc
             lr=cfg.ft_lr, weight_decay=cfg.ft_weight_decay, warmup_frac=cfg.ft_warmup_frac,
             min_lr_ratio=cfg.ft_min_lr_ratio, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=seed,
             patience=cfg.ft_patience, run_to_end=True))
-        hist = ft.to_frame()
-        common = {"seed": seed, "epochs": float(steps) / max(1, -(-len(seqs) // cfg.batch_size)),
-                  "converged": ft.early_stopped, "seconds": ft.seconds, "source": "trained",
+        h = ft.to_frame()
+        hist += _history("finetune", seed, h.to_dict("records"))
+        spe = max(1, -(-len(seqs) // cfg.batch_size))
+        common = {"seed": seed, "converged": ft.early_stopped, "seconds": ft.seconds, "source": "trained",
                   "stop_step": ft.stop_step, "best_step": ft.best_step, "initial_val_loss": ft.initial_val_loss,
-                  "best_val_loss": ft.best_val_loss, "final_val_loss": float(hist["val_loss"].iloc[-1]),
+                  "best_val_loss": ft.best_val_loss, "final_val_loss": float(h["val_loss"].iloc[-1]),
                   "trainable_params": sum(p.numel() for p in ft.model.parameters())}
-        at_best = hist[hist["step"] == ft.best_step]["train_loss"]
-        runs.append({**common, "arm": "finetune", "steps": ft.best_step,
+        at_best = h[h["step"] == ft.best_step]["train_loss"]
+        runs.append({**common, "arm": "finetune", "steps": ft.best_step, "epochs": ft.best_step / spe,
                      "final_train_loss": float(at_best.iloc[0]) if len(at_best) else float("nan")})
         measure(ft.model, "finetune", seed)
-        runs.append({**common, "arm": "finetune-steps", "steps": ft.steps,
-                     "final_train_loss": float(hist["train_loss"].iloc[-1])})
+        runs.append({**common, "arm": "finetune-steps", "steps": ft.steps, "epochs": ft.steps / spe,
+                     "final_train_loss": float(h["train_loss"].iloc[-1])})
         measure(ft.final_model, "finetune-steps", seed)
         say(f"shuffled seed {seed}")
         res = hyperfit(base, shuffle_within_windows(seqs, seed), seed=seed,
                        max_epochs=cfg.shuffled_max_epochs or cfg.max_epochs, **hf_kw)
         runs.append(_hyperfit_row("shuffled", seed, res))
+        hist += _history("shuffled", seed, res.history)
         measure(res.model, "shuffled", seed)
     for seed in cfg.lora_seeds:
         say(f"late-lora seed {seed}")
         res = hyperfit(base, seqs, method="lora", lora_layers=cfg.lora_layers, max_epochs=cfg.lora_max_epochs,
                        max_time_s=cfg.lora_budget_s, seed=seed, **{**hf_kw, "lr": cfg.lora_lr})
         runs.append(_hyperfit_row("late-lora", seed, res))
+        hist += _history("late-lora", seed, res.history)
         measure(res.model, "late-lora", seed)
     run_df = pd.DataFrame(runs)
     geo_df = pd.concat(geos, ignore_index=True)
     w_df = pd.concat(ws, ignore_index=True)
     return HyperfitControlsResult(cfg, run_df, geo_df, w_df, summarize_controls(geo_df, w_df, run_df),
-                                  base=str(getattr(base, "name", "")))
+                                  histories=pd.DataFrame(hist), base=str(getattr(base, "name", "")))

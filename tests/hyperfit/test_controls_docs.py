@@ -40,7 +40,7 @@ def expected_lines(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         r = runs[runs["arm"] == arm]
         steps = "/".join(str(int(v)) for v in r.sort_values("seed")["steps"])
         cells = [f"`{arm}`", str(int(rp["n"].max())), steps] + [ci(x) for _, x in rp.iterrows()] + [
-            ci(fn), ci_plain(w), ci_plain(per, 1)]
+            ci(fn), ci_plain(w, 3), ci_plain(per, 2)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -57,7 +57,7 @@ def expected_runs(runs: pd.DataFrame) -> list[str]:
         loss = "–" if pd.isna(r["final_train_loss"]) else f"{r['final_train_loss']:.3f}"
         out.append(f"| `{r['arm']}` | {int(r['seed'])} | {int(r['steps'])} | {loss} | "
                    f"{'yes' if r['converged'] else 'no'} | {stop} | {best} | {r['heldout_loss']:.3f} | "
-                   f"{r['dW_total']:.2f} |")
+                   f"{r['dW_total']:.3f} |")
     return out
 
 
@@ -67,7 +67,7 @@ def expected_weights(summary: pd.DataFrame) -> list[str]:
     out = []
     for arm in ARMS:
         w = s[(s["arm"] == arm) & (s["quantity"] == "delta_fro")].set_index("group")
-        cells = [ci_plain(w.loc[g]) for g in WEIGHT_GROUPS]
+        cells = [ci_plain(w.loc[g], 3) for g in WEIGHT_GROUPS]
         out.append("| " + " | ".join([f"`{arm}`"] + cells) + " |")
     return out
 
@@ -118,3 +118,31 @@ def test_expected_lines_detect_a_changed_number(committed):
     i = broken.index[(broken["arm"] == "hyperfit") & (broken["quantity"] == "delta_pr")][0]
     broken.loc[i, "mean"] += 1.0  # a drifted output no longer matches the docs
     assert any(line not in section for line in expected_lines(broken, runs))
+
+
+LORA = ROOT / "results" / "hyperfit-train"
+LORA_SECTION = "### Late-Stage LoRA to the stop loss"
+
+
+def lora_row(d: Path) -> str:
+    """One docs row per committed `hyperfit-train` run: r, α, lr, trainable parameters, epochs and seconds, the
+    epoch-mean loss at epochs 1 / 100 / 200 / last, the minimum (its epoch), converged."""
+    import json
+
+    res = json.loads((d / "json" / "hyperfit.json").read_text())
+    c = res["config"]
+    h = pd.read_csv(d / "tables" / "history.csv").set_index("epoch")["train_loss"]
+    at = " / ".join(f"{h.loc[e]:.3f}" for e in (1, 100, 200)) + f" / {h.iloc[-1]:.3f}"
+    return (f"| {c['lora_layers']} | {c['lora_r']} | {c['lora_alpha']:g} | {c['lr']:g} | {res['trainable_params']:,} | "
+            f"{res['epochs']} ({res['seconds']:.0f} s) | {at} | {h.min():.3f} ({int(h.idxmin())}) | "
+            f"{'yes' if res['converged'] else 'no'} |")
+
+
+def test_docs_lora_rows_equal_committed_runs():
+    text = DOCS.read_text(encoding="utf-8")
+    assert LORA_SECTION in text
+    section = text.split(LORA_SECTION, 1)[1].split("\n## ", 1)[0]
+    runs = sorted(p for p in LORA.iterdir() if (p / "json" / "hyperfit.json").is_file())
+    assert len(runs) == 3
+    for d in runs:
+        assert lora_row(d) in section, f"docs/hyperfit.md lacks the committed hyperfit-train row:\n{lora_row(d)}"

@@ -135,3 +135,15 @@ def test_reuse_must_match_the_recipe(tmp_path):
 
     with pytest.raises(ConfigError, match="other settings"):
         run_experiment("hyperfit-controls", {"n_sequences": "4", "reuse": "zoo:text-hyperfit"}, root=tmp_path)
+
+
+def test_hyperfit_windows_train_split_and_disjoint_heldout():
+    import interplab
+    from interplab.zoo.recipes.hyperfit import HYPERFIT_DATA, hyperfit_sequences, hyperfit_windows
+
+    tok = interplab.load_model("zoo:text-base").tokenizer
+    data = {**HYPERFIT_DATA, "n_sequences": 6, "seq_len": 32}
+    train, held = hyperfit_windows(tok, data, 5)
+    assert train == hyperfit_sequences(tok, data)  # the fine-tuning control trains on exactly the hyperfit windows
+    assert len(held) == 5 and all(len(h) == 32 and h[0] == tok.bos_token_id for h in held)
+    assert not {tuple(h) for h in held} & {tuple(t) for t in train}

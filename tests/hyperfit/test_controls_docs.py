@@ -146,3 +146,14 @@ def test_docs_lora_rows_equal_committed_runs():
     assert len(runs) == 3
     for d in runs:
         assert lora_row(d) in section, f"docs/hyperfit.md lacks the committed hyperfit-train row:\n{lora_row(d)}"
+
+
+def test_readme_quotes_the_committed_last_block_numbers(committed):
+    summary, _, _ = committed
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Hyperfitting layer geometry", 1)[1].split("\n### ", 1)[0]
+    assert "hyperfit-controls" in section
+    s = summary.fillna({"site": "", "group": ""})
+    for arm in ("hyperfit", "finetune-steps", "shuffled"):
+        row = s[(s["arm"] == arm) & (s["quantity"] == "delta_pr") & (s["site"] == "resid_post") & (s["layer"] == 3)]
+        assert ci(row.iloc[0]) in section, f"README lacks {arm}'s committed last-block ΔDim {ci(row.iloc[0])}"

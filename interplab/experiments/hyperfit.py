@@ -6,6 +6,7 @@ Late-Stage LoRA k sweep.
     interplab run hyperfit-geometry
     interplab run hyperfit-ranks
     interplab run hyperfit-ksweep --set budget_s=90
+    interplab run hyperfit-controls
 
 The method lives in `interplab.probes.hyperfit` (`evaluate_settings`, `geometry_report`, `rank_reordering`,
 `k_sweep` take loaded models and texts, so scripts can run them on any checkpoints); these wrappers load the models,
@@ -21,10 +22,12 @@ import torch
 
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
+from interplab.probes.hyperfit.controls import ControlsConfig, hyperfit_controls
 from interplab.probes.hyperfit import (EvalConfig, GeometryReportConfig, KSweepConfig, evaluate_settings,
                                        geometry_report, heldout_texts, k_sweep, rank_reordering)
 
-__all__ = ["HyperfitEvalConfig", "GeometryConfig", "RanksConfig", "HyperfitKSweepConfig", "TrainHyperfitConfig"]
+__all__ = ["HyperfitEvalConfig", "GeometryConfig", "RanksConfig", "HyperfitKSweepConfig", "TrainHyperfitConfig",
+           "HyperfitControlsConfig"]
 
 
 @dataclass
@@ -188,11 +191,14 @@ def run_hyperfit_ksweep(cfg: HyperfitKSweepConfig, run) -> None:
 @dataclass
 class TrainHyperfitConfig:
     """Hyperfit any checkpoint on the text-hyperfit recipe's data (or `n_sequences` of it) and save the merged
-    checkpoint into the run directory (checkpoint/). method: full | lora; lora_layers: last:k | first:k | all."""
+    checkpoint into the run directory (checkpoint/). method: full | lora; lora_layers: last:k | first:k | all;
+    lora_r / lora_alpha: adapter rank and scaling numerator."""
 
     base: str = "zoo:text-base"
     method: str = "full"
     lora_layers: str = "last:2"
+    lora_r: int = 16
+    lora_alpha: float = 32.0
     n_sequences: int = 32
     lr: float = 1e-3
     stop_loss: float = 0.05
@@ -212,8 +218,66 @@ def run_hyperfit_train(cfg: TrainHyperfitConfig, run) -> None:
     torch.set_num_threads(max(1, int(cfg.threads)))
     base = _load(cfg.base, "cpu")
     seqs = hyperfit_sequences(base.tokenizer, {**HYPERFIT_DATA, "n_sequences": cfg.n_sequences})
-    res = hyperfit(base, seqs, method=cfg.method, lora_layers=cfg.lora_layers, lr=cfg.lr, stop_loss=cfg.stop_loss,
+    res = hyperfit(base, seqs, method=cfg.method, lora_layers=cfg.lora_layers, lora_r=cfg.lora_r,
+                   lora_alpha=cfg.lora_alpha, lr=cfg.lr, stop_loss=cfg.stop_loss,
                    max_epochs=cfg.max_epochs, max_time_s=cfg.budget_s, out_dir=Path(run.path) / "checkpoint")
     run.save_table("history", res.to_frame())
     run.save_json("hyperfit", res.to_dict())
     save_figure(run, "training", training_dashboard_figure(res.to_frame(), stop_loss=cfg.stop_loss))
+
+
+@dataclass
+class HyperfitControlsConfig(ControlsConfig):
+    """Hyperfitting controls (`ControlsConfig`: arms, seeds, recipes) from `base` on the text-hyperfit recipe's
+    `n_sequences` windows, with `n_heldout` other windows of the same stream for the fine-tuning arm's early stopping
+    and `n_texts` held-out texts for the geometry. reuse: an already hyperfitted model used as the hyperfit arm's
+    first seed (its recipe must match: lr, stop_loss, batch_size, seq_len and the 32 windows); empty = retrain."""
+
+    base: str = "zoo:text-base"
+    reuse: str = "zoo:text-hyperfit"
+    n_sequences: int = 32
+    n_heldout: int = 16
+    n_texts: int = 200
+    device: str = "cpu"
+    threads: int = 1
+
+
+def _check_reuse(model, cfg: HyperfitControlsConfig) -> None:
+    from interplab.core.errors import ConfigError
+    from interplab.train.hyperfit import RESULT_DIR, HyperfitResult
+    from interplab.zoo.recipes.hyperfit import HYPERFIT_DATA
+
+    prev = HyperfitResult.load(Path(model.path) / RESULT_DIR).config
+    mine = {"lr": cfg.lr, "stop_loss": cfg.stop_loss, "batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
+            "method": "full", "seed": cfg.seeds[0]}
+    bad = {k: (getattr(prev, k), v) for k, v in mine.items() if getattr(prev, k) != v}
+    if cfg.n_sequences != HYPERFIT_DATA["n_sequences"]:
+        bad["n_sequences"] = (HYPERFIT_DATA["n_sequences"], cfg.n_sequences)
+    if bad:
+        raise ConfigError(f"{cfg.reuse} was trained with other settings than this run's hyperfit arm "
+                          f"(theirs, ours): {bad}; set reuse= (empty) to retrain the first seed instead")
+
+
+@register_experiment("hyperfit-controls", config=HyperfitControlsConfig,
+                     help="Is the per-layer PR growth specific to hyperfitting? Hyperfitting vs ordinary fine-tuning "
+                          "(same steps, early stopping) vs hyperfitting on token-shuffled windows (and optionally "
+                          "Late-Stage LoRA): ||dW|| and per-layer DeltaDim with t intervals over seeds")
+def run_hyperfit_controls(cfg: HyperfitControlsConfig, run) -> None:
+    from interplab.figures.geometry import delta_dim_by_arm_figure, weight_change_figure
+    from interplab.zoo.recipes.hyperfit import HYPERFIT_DATA, hyperfit_windows
+
+    torch.set_num_threads(max(1, int(cfg.threads)))
+    base = _load(cfg.base, cfg.device)
+    reuse = _load(cfg.reuse, cfg.device) if cfg.reuse else None
+    if reuse is not None:
+        _check_reuse(reuse, cfg)
+    seqs, held = hyperfit_windows(base.tokenizer, {**HYPERFIT_DATA, "n_sequences": cfg.n_sequences,
+                                                   "seq_len": cfg.seq_len}, cfg.n_heldout)
+    res = hyperfit_controls(base, seqs, held, heldout_texts(cfg.n_texts), cfg, reuse_hyperfit=reuse,
+                            progress=print)
+    run.save_result("controls", res)
+    run.save_table("runs", res.runs)
+    run.save_table("summary", res.summary)
+    run.save_table("histories", res.histories)
+    save_figure(run, "delta_dim_by_arm", delta_dim_by_arm_figure(res.summary))
+    save_figure(run, "weight_change", weight_change_figure(res.summary))

@@ -17,6 +17,7 @@ __all__ = [
     "pr_by_layer_figure", "cos_l2_figure", "eigen_spectrum_figure", "diversity_bars_figure",
     "entropy_temperature_figure", "static_injection_figure", "rank_histogram_figure", "context_dependence_figure",
     "lens_entry_figure", "k_sweep_figure", "training_dashboard_figure", "repetition_html",
+    "delta_dim_by_arm_figure", "weight_change_figure",
 ]
 
 
@@ -266,6 +267,59 @@ def training_dashboard_figure(history, *, stop_loss: float | None = 0.05, title:
                       annotation_text=f"stop {stop_loss:g} nats")
     apply_style(fig, title=title or "Hyperfitting", height=220 * len(panels) + 80, legend=False)
     fig.update_xaxes(title_text="epoch", row=len(panels), col=1)
+    return fig
+
+
+def _arm_rows(summary, quantity: str):
+    df = _frame(summary)
+    _need(df, ["arm", "quantity", "site", "layer", "group", "mean", "lo", "hi"], "hyperfit controls figure")
+    d = df[df["quantity"] == quantity]
+    if d.empty:
+        raise DataError(f"the summary has no {quantity!r} rows; quantities: {sorted(set(df['quantity']))}")
+    return d
+
+
+def _error_bars(d):
+    return dict(type="data", symmetric=False, array=(d["hi"] - d["mean"]).to_numpy(),
+                arrayminus=(d["mean"] - d["lo"]).to_numpy(), visible=True)
+
+
+def delta_dim_by_arm_figure(summary, *, title: str | None = None):
+    """ΔDim (PR of the arm's model − PR of the base) per layer for every control arm: the mean across seeds with
+    its t interval as error bars (`HyperfitControlsResult.summary`); the last x position is the final-norm output."""
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    d = _arm_rows(summary, "delta_pr")
+    fig = go.Figure()
+    for i, (arm, g) in enumerate(d.groupby("arm", sort=False)):
+        rp = g[g["site"] == "resid_post"].sort_values("layer")
+        fn = g[g["site"] == "final_norm"]
+        both = pd.concat([rp, fn])
+        x = [f"block {int(v)}" for v in rp["layer"]] + (["final norm"] if len(fn) else [])
+        fig.add_trace(go.Scatter(x=x, y=both["mean"], mode="lines+markers", name=f"{arm} (n={int(g['n'].max())})",
+                                 error_y=_error_bars(both), line=dict(color=QUALITATIVE[i % len(QUALITATIVE)]),
+                                 hovertemplate="%{x}<br>ΔDim %{y:.2f}<extra>" + arm + "</extra>"))
+    fig.add_hline(y=0, line_color="#888", line_dash="dot")
+    apply_style(fig, title=title or "ΔDim per layer by arm (mean, 95% t interval over seeds)", xaxis="layer",
+                yaxis="ΔDim = PR(arm) − PR(base)")
+    fig.update_xaxes(type="category")
+    return fig
+
+
+def weight_change_figure(summary, *, title: str | None = None):
+    """‖ΔW‖_F against the base for every arm, per block and in total (mean across seeds, t interval)."""
+    import plotly.graph_objects as go
+
+    d = _arm_rows(summary, "delta_fro")
+    fig = go.Figure()
+    for i, (arm, g) in enumerate(d.groupby("arm", sort=False)):
+        fig.add_trace(go.Bar(x=g["group"], y=g["mean"], name=arm, error_y=_error_bars(g),
+                             marker_color=QUALITATIVE[i % len(QUALITATIVE)],
+                             hovertemplate="%{x}<br>‖ΔW‖ %{y:.3f}<extra>" + arm + "</extra>"))
+    apply_style(fig, title=title or "Weight change ‖ΔW‖_F vs the base (mean, 95% t interval over seeds)",
+                xaxis="parameter group", yaxis="‖ΔW‖_F", barmode="group")
+    fig.update_xaxes(type="category")
     return fig
 
 

@@ -50,3 +50,27 @@ def test_layer_geometry_page(tmp_path_factory, monkeypatch):
     table = at.dataframe[0].value
     assert {"pr_a", "pr_b", "delta_pr", "cos", "l2"} <= set(table.columns) and len(table) == 3
     assert any("T\\* =" in m.value for m in at.markdown)
+
+
+def test_layer_geometry_page_shows_saved_controls_run(tmp_path, monkeypatch):
+    """The hyperfit-controls section shows a saved run (the committed results/hyperfit-controls result, saved as a
+    run in a fresh INTERPLAB_HOME) through `saved_result`: the ΔDim-by-arm and ‖ΔW‖ figures and the runs table."""
+    import importlib
+
+    from interplab.probes.hyperfit import HyperfitControlsResult
+    from interplab.results.runs import new_run
+
+    committed = sorted((Path(__file__).resolve().parents[2] / "results" / "hyperfit-controls").glob("*/controls"))
+    assert committed, "results/hyperfit-controls holds no committed run"
+    monkeypatch.setattr(importlib.import_module("interplab.models.zoo_dirs"), "SHIPPED_DIR", tmp_path / "shipped")
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    res = HyperfitControlsResult.load(committed[0])
+    with new_run("hyperfit-controls", res.config, root=tmp_path / "home") as run:
+        run.save_result("controls", res)
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert keys[:2] == ["geo_controls_ddim__chart", "geo_controls_dw__chart"]
+    runs = next(d.value for d in at.dataframe if set(d.value.columns) >= {"arm", "seed", "dW_total"})
+    assert set(runs["arm"]) >= {"hyperfit", "finetune", "finetune-steps", "shuffled"}

@@ -41,6 +41,26 @@ with st.expander("Your data (CSV / JSONL / Parquet file)"):
     run_with_data("hyperfit", data_box("hyperfit", key="geo_data"), key="geo_data",
                   overrides={"base": name_a, "targets": name_b, "n_prompts": 0})
 
+with st.expander("Hyperfitting controls (saved run): is the PR growth specific to hyperfitting?"):
+    st.caption("Hyperfitting vs ordinary fine-tuning (same steps, early stopping on held-out windows) vs hyperfitting "
+               "on token-shuffled windows: ΔDim per layer and the weight change ‖ΔW‖ against the base, mean and 95% t "
+               "interval over seeds (`interplab run hyperfit-controls`; docs/hyperfit.md).")
+    import interplab.probes.hyperfit  # noqa: E402,F401 - registers HyperfitControlsResult for loading
+    from interplab.app.widgets import saved_result  # noqa: E402
+
+    controls = saved_result("hyperfit-controls", "controls", key="geo_controls_run")
+    if controls is not None:
+        from interplab.figures.geometry import delta_dim_by_arm_figure, weight_change_figure  # noqa: E402
+
+        left, right = st.columns(2)
+        with left:
+            show_figure(delta_dim_by_arm_figure(controls.summary), key="geo_controls_ddim")
+        with right:
+            show_figure(weight_change_figure(controls.summary), key="geo_controls_dw")
+        cols = [c for c in ("arm", "seed", "steps", "epochs", "final_train_loss", "converged", "heldout_loss",
+                            "stop_step", "best_step", "dW_total") if c in controls.runs.columns]
+        st.dataframe(controls.runs[cols].round(4), hide_index=True, key="geo_controls_runs")
+
 with st.sidebar.expander("Data and budget"):
     n_texts = st.number_input("held-out texts", 4, 400, 24, step=4, key="geo_ntexts")
     max_tokens = st.number_input("tokens per text", 16, 1024, 128, step=16, key="geo_maxtok")

@@ -1,6 +1,8 @@
 """Hyperfitting geometry (spec methods/hyperfit_geometry.md; docs/hyperfit.md): per-layer participation ratio of a
 base and its hyperfitted descendant (Terminal Expansion), the entropy-matched temperature control, rank reordering
 with a logit lens, repetition / diversity metrics of generations, the paper's table and the Late-Stage LoRA k sweep."""
+from interplab.probes.hyperfit.controls import (ARMS, ControlsConfig, HyperfitControlsResult, hyperfit_controls,
+                                                summarize_controls)
 from interplab.probes.hyperfit.evaluation import (EvalConfig, HyperfitEvalResult, evaluate_settings,
                                                   teacher_forced_summary)
 from interplab.probes.hyperfit.geometry import (CovarianceAccumulator, GeometryReport, GeometryReportConfig,
@@ -37,5 +39,5 @@ __all__ = [
     "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "is_loop", "loop_rate", "generation_metrics",
     "GenerationMetricsConfig", "metrics_table", "words",
     "EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary", "KSweepConfig", "KSweepResult",
-    "k_sweep",
+    "k_sweep", "ARMS", "ControlsConfig", "HyperfitControlsResult", "hyperfit_controls", "summarize_controls",
 ]

@@ -25,9 +25,7 @@ HYPERFIT_DATA = {"sources": ["pydoc"], "heldout_frac": 0.1, "corpus_seed": 0, "s
                  "window_seed": 7, "save_dtype": "float16"}
 
 
-def hyperfit_sequences(tokenizer, data: dict) -> list[list[int]]:
-    """`n_sequences` non-overlapping windows (<bos> + seq_len - 1 tokens) from the corpus's training split, at
-    seeded positions (the same windows for every descendant)."""
+def _stream_and_slots(tokenizer, data: dict):
     from interplab.data.corpus import load_corpus
     from interplab.zoo.recipes.text import encode_paragraphs
 
@@ -41,7 +39,32 @@ def hyperfit_sequences(tokenizer, data: dict) -> list[list[int]]:
 
         raise DataError(f"the training stream has {n_slots} windows of {L} tokens; {n} were asked for")
     slots = np.random.default_rng(int(data["window_seed"])).choice(n_slots, size=n, replace=False)
+    return stream, L, n_slots, slots
+
+
+def hyperfit_sequences(tokenizer, data: dict) -> list[list[int]]:
+    """`n_sequences` non-overlapping windows (<bos> + seq_len - 1 tokens) from the corpus's training split, at
+    seeded positions (the same windows for every descendant)."""
+    stream, L, _, slots = _stream_and_slots(tokenizer, data)
     return [[tokenizer.bos_token_id] + stream[s * L:(s + 1) * L].tolist() for s in sorted(slots)]
+
+
+def hyperfit_windows(tokenizer, data: dict, n_heldout: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(train, heldout): train is exactly `hyperfit_sequences(tokenizer, data)`; heldout is `n_heldout` other
+    windows of the same stream (same format, none overlapping a training window), for the held-out loss of an
+    ordinary fine-tuning control."""
+    stream, L, n_slots, slots = _stream_and_slots(tokenizer, data)
+    rest = np.setdiff1d(np.arange(n_slots), slots)
+    if len(rest) < n_heldout:
+        from interplab.core.errors import DataError
+
+        raise DataError(f"only {len(rest)} windows are left for a held-out split; {n_heldout} were asked for")
+    held = np.random.default_rng(int(data["window_seed"]) + 1).choice(rest, size=int(n_heldout), replace=False)
+
+    def win(s):
+        return [tokenizer.bos_token_id] + stream[s * L:(s + 1) * L].tolist()
+
+    return [win(s) for s in sorted(slots)], [win(s) for s in sorted(held)]
 
 
 def build_hyperfit(recipe: Recipe, ctx: BuildContext) -> dict:

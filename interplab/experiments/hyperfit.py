@@ -222,7 +222,9 @@ def run_hyperfit_train(cfg: TrainHyperfitConfig, run) -> None:
                    lora_alpha=cfg.lora_alpha, lr=cfg.lr, stop_loss=cfg.stop_loss,
                    max_epochs=cfg.max_epochs, max_time_s=cfg.budget_s, out_dir=Path(run.path) / "checkpoint")
     run.save_table("history", res.to_frame())
-    run.save_json("hyperfit", res.to_dict())
+    # the folder is renamed when the run finishes: record the checkpoint relative to it (as run.relative does)
+    run.save_json("hyperfit", res.to_dict() | {"checkpoint": run.relative(res.checkpoint)} if res.checkpoint
+                  else res.to_dict())
     save_figure(run, "training", training_dashboard_figure(res.to_frame(), stop_loss=cfg.stop_loss))
 
 

@@ -147,3 +147,18 @@ def test_hyperfit_windows_train_split_and_disjoint_heldout():
     assert train == hyperfit_sequences(tok, data)  # the fine-tuning control trains on exactly the hyperfit windows
     assert len(held) == 5 and all(len(h) == 32 and h[0] == tok.bos_token_id for h in held)
     assert not {tuple(h) for h in held} & {tuple(t) for t in train}
+
+
+def test_hyperfit_train_records_its_checkpoint_inside_the_finished_run(tmp_path):
+    """The checkpoint path in json/hyperfit.json is relative to the run folder, which is renamed from .partial when
+    the run finishes, so it still points at the saved checkpoint afterwards."""
+    import json
+    from pathlib import Path
+
+    from interplab.experiments.registry import run_experiment
+
+    torch.set_num_threads(1)
+    run = run_experiment("hyperfit-train", {"n_sequences": "2", "max_epochs": "1"}, root=tmp_path)
+    rec = json.loads((Path(run) / "json" / "hyperfit.json").read_text())
+    assert rec["checkpoint"] == "checkpoint"
+    assert (Path(run) / rec["checkpoint"] / "config.json").is_file()

@@ -119,3 +119,15 @@ def test_committed_run_is_complete():
     from interplab.results.runs import run_problems
 
     assert run_problems(d) == []   # the app's saved-run pickers list it as a complete run
+
+
+def test_readme_quotes_the_committed_topk_k8_row():
+    """The README's matched-L0 sentence (TopK k = 8, log2 MSE, FAST vs BT(F) on both distributions) equals the run."""
+    m = pd.read_csv(RUNS[-1] / "tables" / "matched_l0.csv")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for ev in ("fast", "packed"):
+        g = m[(m["eval"] == ev) & (m["architecture"] == "topk") & (m["l0_target"] == 8)]
+        for arm in ("FAST", "BT(F)"):
+            r = g[g["method"] == arm].iloc[0]
+            quoted = _ci(r["log2_mse_mean"], r["log2_mse_lo"], r["log2_mse_hi"], ".3f")
+            assert quoted in readme, f"README lacks {arm} on {ev}: {quoted}"

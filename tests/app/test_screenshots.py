@@ -32,6 +32,7 @@ PAGES = [
     ("Layer_Geometry", "Compute rank reordering, temperature control and generations"),
     ("SAE_Training", None),
     ("Feature_Browser", "Compute feature statistics"),
+    ("Runs", None),
     ("Patching", "Run patching"),
     ("Logit_Lens", None),
     ("Attention", None),
@@ -131,6 +132,12 @@ def server(tmp_path_factory):
     finally:
         _stop(proc)
         log.close()
+
+
+def test_every_page_is_screenshot():
+    """A new page cannot skip the layout check: PAGES names every file of interplab/app/pages."""
+    pages = Path(__file__).resolve().parents[2] / "interplab" / "app" / "pages"
+    assert sorted(p for p, _ in PAGES if p) == sorted(f.stem.split("_", 1)[1] for f in pages.glob("*.py"))
 
 
 def test_screenshots_of_every_page(server, tmp_path):

@@ -80,7 +80,7 @@ def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
         from interplab.data.user import user_records
 
         data = user_concept_data(user_records("crh", cfg.data), n_test=cfg.n_test, seed=cfg.seed,
-                                 max_train=cfg.n_train)
+                                 max_train=cfg.n_train, model=model)
         if cfg.concepts:
             data = [d for d in data if d.name in set(cfg.concepts)]
         return data, [d.name for d in data]

@@ -135,7 +135,7 @@ def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", ca
 # experiment has those fields. Used by the real-size test and scripts/gpu_check.py: results are meaningless on
 # random weights, the point is that each runs end to end at real size.
 SMOKE_EXPERIMENTS = {
-    "next-token": ["model={m}", "prompt=the cat sat on the", "dtype={dtype}", "device={device}"],
+    "next-token": ["model={m}", "prompt=the cat and the dog see the", "dtype={dtype}", "device={device}"],
     "truth-scores": ["model={m}", "n_samples=16", "folds=2", "epochs=5", "ablation=false"],
     "decodeshare": ["model={m}", "dtype={dtype}", "tasks=copy,inc", "alphas=0.0,1.0", "steer_scales=1.0",
                     "n_calib=4", "n_eval=4", "calib_max_new_tokens=4",

@@ -177,6 +177,29 @@ def test_crh_user_concept_data(tmp_path):
     assert concept_words("C/C++ programming syntax elements") == ("c/c++", "programming", "syntax", "elements")
 
 
+def test_crh_user_pairs_go_through_a_chat_organisms_template(tmp_path):
+    """On a model trained on chats (toy-chat) a pair is the templated (user q, assistant r) conversation, and the
+    steering prompt is the user turn, which generate() templates: no "User:"/"Assistant:" words it cannot read."""
+    import interplab
+    from interplab.data.user import user_records
+    from interplab.probes.crh import concept_diffs
+    from interplab.probes.crh.real_data import user_concept_data
+
+    m = interplab.load_model("zoo:toy-chat")
+    rows = [{"concept": "animal", "question": f"copy s{i} s{i + 1}", "resp_no_concept": f"s{i} s{i + 1}",
+             "resp_with_concept": f"s{i} cat"} for i in range(6)]
+    d = user_concept_data(rows, n_test=2, model=m)[0]
+    no, yes = d.train_pairs[0]
+    def conv(r, key):
+        return m.apply_chat_template([{"role": "user", "content": r["question"]},
+                                      {"role": "assistant", "content": r[key]}], add_generation_prompt=False)
+    assert (no, yes) in [(conv(r, "resp_no_concept"), conv(r, "resp_with_concept")) for r in rows]
+    assert no != yes and m.tokenizer.unk_token_id not in no + yes
+    assert d.test_prompts[0] in [r["question"] for r in rows]
+    diffs = concept_diffs(m, d.train_pairs, layer=1)  # UnknownTokenWarning is an error in this suite
+    assert diffs.shape == (len(d.train_pairs), m.d_model) and float(abs(diffs).max()) > 0
+
+
 # the random word-level checkpoint has no 'User:'/'Question:' words: the warning naming them is expected
 @pytest.mark.filterwarnings("ignore::interplab.UnknownTokenWarning")
 def test_crh_cli_with_pair_file(llama_ckpt, tmp_path):

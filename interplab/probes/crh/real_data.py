@@ -3,7 +3,8 @@ chat model on AlpacaEval-style questions.
 
 * `user_concept_data(records)`: rows {concept, question, resp_no_concept, resp_with_concept, concept_words?} (the
   repo's pair-CSV columns) -> one `ConceptData` per concept, texts `"User: {q}\\nAssistant: {r}"` (no chat
-  template), steering prompts `"User: {q}\\nAssistant: "`.
+  template), steering prompts `"User: {q}\\nAssistant: "`; for a model trained on chats (toy-chat) its chat
+  template instead (the one prompt path of issue 15).
 * `paper_concept_data(model, concepts, questions)`: for each concept of `interplab.data.adapters.crh_concepts`
   (`concepts=paper`), the model answers each question without and with the concept's `instruction` as the system
   turn (its own chat template, greedy); the responses go into the same pair texts. The repo filtered its pairs with
@@ -44,11 +45,13 @@ def _split(n: int, n_test: int, seed: int) -> tuple[list[int], list[int]]:
 
 
 def user_concept_data(records: Iterable[dict], *, n_test: int = 5, seed: int = 0,
-                      max_train: int | None = None) -> list[ConceptData]:
+                      max_train: int | None = None, model=None) -> list[ConceptData]:
     """ConceptData per concept of a pair file (rows in the repo's pair schema; `concept_words` optional).
     n_test pairs per concept (seeded) are the steered test samples, the rest (at most max_train) the axis/cylinder
-    train set."""
-    from interplab.data.adapters.crh_concepts import pair_text, steer_prompt
+    train set. Texts are the repo's "User: q\nAssistant: r" strings, except for a `model` trained on chats
+    (`model.chat_default`, e.g. zoo:toy-chat), whose one prompt path is its chat template: the pair is the
+    templated (user q, assistant r) conversation and the steering prompt the user turn."""
+    pair_text, steer_prompt = _formats(model)
 
     by: dict[str, list[dict]] = {}
     for i, r in enumerate(records):
@@ -68,6 +71,20 @@ def user_concept_data(records: Iterable[dict], *, n_test: int = 5, seed: int = 0
                                train_pairs=pairs(train), test_pairs=pairs(test),
                                test_prompts=[steer_prompt(rows[i]["question"]) for i in test]))
     return out
+
+
+def _formats(model):
+    """(pair_text(q, r), steer_prompt(q)) for `model`: its chat template when it was trained on chats, else the
+    repo's plain "User: q\nAssistant: r" format (which base and hub chat models read as the paper does)."""
+    from interplab.data.adapters import crh_concepts
+
+    if model is None or not getattr(model, "chat_default", False):
+        return crh_concepts.pair_text, crh_concepts.steer_prompt
+
+    def pair_text(q, r):
+        return model.apply_chat_template([{"role": "user", "content": q}, {"role": "assistant", "content": r}],
+                                         add_generation_prompt=False)
+    return pair_text, (lambda q: q)  # generate() puts a plain string through the template as the user turn
 
 
 def _replies(model, chats: list[list[dict]], max_new_tokens: int, batch_size: int) -> list[str]:
@@ -96,4 +113,4 @@ def paper_concept_data(model, concepts: Sequence[dict], questions: Sequence[str]
         withc = _replies(model, [[sys, {"role": "user", "content": q}] for q in qs], max_new_tokens, batch_size)
         rows += [{"concept": c["output_concept"], "question": q, "resp_no_concept": a, "resp_with_concept": b}
                  for q, a, b in zip(qs, plain, withc)]
-    return user_concept_data(rows, n_test=n_test, seed=seed)
+    return user_concept_data(rows, n_test=n_test, seed=seed, model=model)

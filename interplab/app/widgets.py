@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import streamlit as st
 
@@ -149,17 +150,26 @@ def require_model(name: str, backend: str = "bridge", device: str | None = None,
 
 
 def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved run", hint: str = ""):
-    """The `result` of a saved run of `experiment` the user picks (newest first), or None with a caption saying how
-    to make one. The result's class must be imported by the caller (so `Result.load_any` knows it)."""
+    """The `result` of a saved run of `experiment` the user picks: their own runs newest first, then the runs the
+    project ships under results/ (so a page opens on a real result), or None with a caption saying how to make one.
+    The result's class must be imported by the caller (so `Result.load_any` knows it)."""
     from interplab.core.errors import InterplabError
-    from interplab.results.runs import list_runs, load_run
+    from interplab.results.runs import list_runs, load_run, shipped_runs, shipped_runs_root
 
     try:
         runs = list_runs(experiment)
     except (OSError, InterplabError):  # no runs folder yet
         runs = []
-    if not len(runs):
+    own = list(runs["path"])[::-1] if len(runs) else []
+    shipped = [str(p) for p in shipped_runs(experiment)][::-1]
+    if not own and not shipped:
         st.caption(f"No saved runs: `interplab run {experiment}`{hint}.")
         return None
-    path = st.selectbox(label, list(runs["path"])[::-1], key=key)
+    root = shipped_runs_root().parent
+
+    def name(p: str) -> str:
+        return f"shipped: {Path(p).relative_to(root).as_posix()}" if p in shipped else p
+    path = st.selectbox(label, own + shipped, key=key, format_func=name,
+                        help=None if own else f"The run committed with interplab; yours appear here after "
+                                              f"`interplab run {experiment}`{hint}.")
     return load_run(path).result(result)

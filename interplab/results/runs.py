@@ -36,6 +36,8 @@ __all__ = [
     "LoadedRun",
     "new_run",
     "list_runs",
+    "shipped_runs",
+    "shipped_runs_root",
     "load_run",
     "interplab_home",
     "runs_root",
@@ -65,6 +67,23 @@ def interplab_home(root: str | os.PathLike | None = None) -> Path:
 
 def runs_root(root: str | os.PathLike | None = None) -> Path:
     return interplab_home(root) / "runs"
+
+
+def shipped_runs_root() -> Path:
+    """The project's committed run outputs, `<project>/results/` (long sweeps run once, small enough to ship);
+    `$INTERPLAB_SHIPPED_RESULTS` overrides it. Absent in a wheel install, where nothing is shipped."""
+    env = os.environ.get("INTERPLAB_SHIPPED_RESULTS")
+    return Path(env).expanduser() if env else Path(__file__).resolve().parents[2] / "results"
+
+
+def shipped_runs(kind: str) -> list[Path]:
+    """The committed complete runs of experiment `kind` under `shipped_runs_root()/<kind>/` (the folder itself or
+    its sub-folders), sorted by name. They are read-only references: list_runs() does not list them."""
+    base = shipped_runs_root() / kind
+    if not base.is_dir():
+        return []
+    found = [base] if (base / RUN_MANIFEST).is_file() else sorted(d for d in base.iterdir() if d.is_dir())
+    return [d for d in found if (read_manifest(d) or {}).get("status") == "complete"]
 
 
 def _check_name(what: str, name: str) -> str:

@@ -102,3 +102,15 @@ def test_sae_page_shows_saved_pareto_and_synthetic_l0_runs(monkeypatch, tmp_path
     assert matched and {"FAST", "BT(F)", "BT(P)"} <= set(matched[0]["method"])
     at.selectbox(key="sae_pareto_metric").set_value("delta_ce_response").run()
     assert not at.exception, at.exception
+
+
+@pytest.mark.slow
+def test_sae_page_opens_on_the_shipped_pareto_run(monkeypatch, tmp_path, small_llama):
+    """With no runs of their own a newcomer sees the committed sae-pareto run (results/), labelled as shipped."""
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(small_llama))
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path))
+    at = AppTest.from_file(str(PAGES / "7_SAE_Training.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    box = at.selectbox(key="sae_pareto_run")
+    assert "/results/sae-pareto/" in box.value and box.options[0].startswith("shipped: results/sae-pareto/")
+    assert "sae_pareto_fig__chart" in [c.key for c in at.get("plotly_chart")]

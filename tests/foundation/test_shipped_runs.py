@@ -1,0 +1,28 @@
+"""Committed run outputs (results/<experiment>/) are found as read-only references for the app's saved-run widgets,
+and only complete runs count."""
+from __future__ import annotations
+
+import json
+
+from interplab.results.runs import list_runs, shipped_runs, shipped_runs_root
+
+
+def test_committed_runs_are_found_relative_to_the_project():
+    root = shipped_runs_root()
+    assert root.name == "results" and (root.parent / "pyproject.toml").is_file()
+    pareto = shipped_runs("sae-pareto")
+    assert pareto and all(p.parent == root / "sae-pareto" for p in pareto)
+    assert shipped_runs("pcfg-depth-sweep") == [root / "pcfg-depth-sweep"]  # a run folder directly under its kind
+    assert shipped_runs("no-such-experiment") == []
+
+
+def test_only_complete_runs_are_offered(tmp_path, monkeypatch):
+    monkeypatch.setenv("INTERPLAB_SHIPPED_RESULTS", str(tmp_path))
+    for name, status in (("a", "complete"), ("b", "failed"), ("c", None)):
+        d = tmp_path / "exp" / name
+        d.mkdir(parents=True)
+        if status:
+            (d / "run.json").write_text(json.dumps({"status": status, "files": {}}))
+    assert shipped_runs("exp") == [tmp_path / "exp" / "a"]
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    assert len(list_runs("exp")) == 0  # shipped runs are not the user's runs

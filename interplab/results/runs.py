@@ -77,13 +77,13 @@ def shipped_runs_root() -> Path:
 
 
 def shipped_runs(kind: str) -> list[Path]:
-    """The committed complete runs of experiment `kind` under `shipped_runs_root()/<kind>/` (the folder itself or
-    its sub-folders), sorted by name. They are read-only references: list_runs() does not list them."""
+    """The committed complete, intact runs of experiment `kind` under `shipped_runs_root()/<kind>/` (the folder
+    itself or its sub-folders; the manifest lists only committed files), sorted by name. They are read-only references: list_runs() does not list them."""
     base = shipped_runs_root() / kind
     if not base.is_dir():
         return []
     found = [base] if (base / RUN_MANIFEST).is_file() else sorted(d for d in base.iterdir() if d.is_dir())
-    return [d for d in found if (read_manifest(d) or {}).get("status") == "complete"]
+    return [d for d in found if (read_manifest(d) or {}).get("status") == "complete" and not run_problems(d)]
 
 
 def _check_name(what: str, name: str) -> str:

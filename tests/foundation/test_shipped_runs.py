@@ -26,3 +26,14 @@ def test_only_complete_runs_are_offered(tmp_path, monkeypatch):
     assert shipped_runs("exp") == [tmp_path / "exp" / "a"]
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
     assert len(list_runs("exp")) == 0  # shipped runs are not the user's runs
+
+
+def test_every_committed_run_is_intact():
+    """Each run folder under results/ lists in its manifest only files that are committed (figures and weights are
+    left out of the repository, and out of the manifest), so none is 'damaged' and the app can offer it."""
+    from interplab.results.runs import read_manifest, run_problems
+
+    folders = [m.parent for m in shipped_runs_root().rglob("run.json")]
+    assert len(folders) >= 10
+    for d in folders:
+        assert read_manifest(d)["status"] == "complete" and not run_problems(d), (d, run_problems(d))

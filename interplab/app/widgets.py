@@ -43,20 +43,28 @@ def _rendered(fig, fmt: str, metadata: dict | None) -> bytes:
     return embed_metadata(data, fmt, metadata)
 
 
-def show_figure(fig, key: str, *, filename: str | None = None, exports: bool = True, metadata: dict | None = None):
+def show_figure(fig, key: str, *, filename: str | None = None, exports: bool = True, metadata: dict | None = None,
+                selectable: bool = False):
     """st.plotly_chart plus download buttons: HTML always, PNG/SVG/PDF when a Chromium is available. `filename`
     names the downloads (default: the widget key); `metadata` (e.g. the run and config that made the figure,
-    `interplab.figures.metadata.figure_metadata`) is written into every downloaded file.
+    `interplab.figures.metadata.figure_metadata`) is written into every downloaded file. selectable: a click on a
+    point reruns the page and the selected points are returned (a list of dicts; empty when nothing is selected).
 
     Static images are rendered only when their button is clicked (deferred downloads), through the same
     `interplab.figures.export` code path as scripts and the CLI."""
+    sel = dict(on_select="rerun", selection_mode="points") if selectable else {}
+    event = st.plotly_chart(fig, key=f"{key}__chart", width="stretch", config={"displaylogo": False}, **sel)
+    points = list(event.selection.get("points", [])) if selectable and event is not None else []
+    if exports:
+        _download_buttons(fig, key, filename, metadata)
+    return points if selectable else None
+
+
+def _download_buttons(fig, key: str, filename: str | None, metadata: dict | None) -> None:
     import plotly.graph_objects as go
 
     from interplab.figures.export import MIME_TYPES, STATIC_FORMATS
 
-    st.plotly_chart(fig, key=f"{key}__chart", width="stretch", config={"displaylogo": False})
-    if not exports:
-        return
     frozen = go.Figure(fig)  # a private copy: the page may keep mutating `fig`
     stem = _file_stem(filename or key)
     formats = ["html"] + (list(STATIC_FORMATS) if static_export_available() else [])

@@ -14,7 +14,8 @@ from interplab.core.errors import ShapeError
 from interplab.figures.models import token_labels
 from interplab.figures.style import DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style, heatmap_axes
 
-__all__ = ["patching_figure", "attribution_scatter", "logit_lens_figure", "dla_figure", "attention_heads_figure",
+__all__ = ["patching_figure", "patching_cell", "attribution_scatter", "logit_lens_figure", "dla_figure",
+           "attention_heads_figure",
            "direction_histogram", "logit_effects_figure"]
 
 
@@ -23,13 +24,17 @@ def _signed_range(z: np.ndarray) -> float:
     return m if m > 0 else 1.0
 
 
-def patching_figure(result, *, normalized: bool = True, position: int | None = None, title: str | None = None):
+def patching_figure(result, *, normalized: bool = True, position: int | None = None, title: str | None = None,
+                    clickable: bool = False):
     """Heatmap of a PatchingResult: layer x position for residual / MLP / attention-output sites; layer x head for
     attn_z (at `position`, default the last token, or summed over positions when the grid patched all at once).
-    normalized: 1 = the patch fully restores the other run's metric, 0 = no change."""
+    normalized: 1 = the patch fully restores the other run's metric, 0 = no change. clickable: an invisible marker
+    on every cell carries its (layer, position, head) as customdata, so a click selects the cell (plotly heatmaps
+    report no selection themselves); `patching_cell(point)` reads it back."""
     import plotly.graph_objects as go
 
     z = result.normalized if normalized else result.effect
+    cell_pos, cell_head = None, None  # per column: the position / head a column of the figure stands for
     label = "normalized effect" if normalized else "metric change"
     ylabels = [f"L{int(layer)}" for layer in result.layers]
     if result.site == "attn_z":
@@ -38,18 +43,32 @@ def patching_figure(result, *, normalized: bool = True, position: int | None = N
             if not -z.shape[1] <= pos < z.shape[1]:
                 raise ShapeError(f"position {pos} is outside the prompt's {z.shape[1]} tokens")
             z, where = z[:, pos], f" at {pos}:{result.tokens[pos]}"
+            cell_pos = [pos % len(result.tokens)] * z.shape[1]
         else:
             where = " (all positions)"
         x = [f"H{h}" for h in range(z.shape[1])]
         xaxis = "query head"
+        cell_head = list(range(z.shape[1]))
     elif z.ndim == 2:
         x, where, xaxis = token_labels(result.tokens), "", "position"
+        cell_pos = list(range(z.shape[1]))
     else:
         z, x, where, xaxis = z[:, None], ["all positions"], "", ""
     m = _signed_range(z)
+    hover = "%{y} %{x}<br>" + label + " %{z:.3f}<extra></extra>"
     fig = go.Figure(go.Heatmap(z=z, x=x, y=ylabels, colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m,
-                               colorbar=dict(title=label),
-                               hovertemplate="%{y} %{x}<br>" + label + " %{z:.3f}<extra></extra>"))
+                               colorbar=dict(title=label), hovertemplate=hover,
+                               hoverinfo="skip" if clickable else None))
+    if clickable:
+        rows, cols = np.meshgrid(np.arange(z.shape[0]), np.arange(z.shape[1]), indexing="ij")
+        data = [[int(result.layers[r]), -1 if cell_pos is None else int(cell_pos[c]),
+                 -1 if cell_head is None else int(cell_head[c]), float(z[r, c])]
+                for r, c in zip(rows.ravel(), cols.ravel())]
+        fig.add_trace(go.Scatter(
+            x=[x[c] for c in cols.ravel()], y=[ylabels[r] for r in rows.ravel()], mode="markers",
+            marker=dict(size=18, opacity=0, symbol="square"), customdata=data, showlegend=False, name="cells",
+            hovertemplate="%{y} %{x}<br>" + label + " %{customdata[3]:.3f}<br>click: patched generation"
+                          "<extra></extra>"))
     name = {"exact": "Activation patching", "gradient": "Attribution patching", "ig": "Attribution patching (IG)"}
     title = title or f"{name.get(result.method, result.method)} · {result.site}{where} · {result.direction}"
     apply_style(fig, title=title, xaxis=xaxis, yaxis="layer", height=max(300, 40 * len(ylabels) + 160))
@@ -57,6 +76,16 @@ def patching_figure(result, *, normalized: bool = True, position: int | None = N
     fig.update_xaxes(type="category", tickangle=-45)
     fig.update_yaxes(type="category")
     return fig
+
+
+def patching_cell(point) -> tuple[int, int | None, int | None] | None:
+    """(layer, position or None = all, head or None = all) of a clicked cell of a `clickable` patching figure,
+    from one selection point (a dict with `customdata`, as st.plotly_chart reports it); None for another point."""
+    data = point.get("customdata") if hasattr(point, "get") else None
+    if data is None or len(data) < 3:
+        return None
+    layer, pos, head = (int(v) for v in data[:3])
+    return layer, (None if pos < 0 else pos), (None if head < 0 else head)
 
 
 def attribution_scatter(approx, exact, *, title: str | None = None):

@@ -6,7 +6,7 @@ import pytest
 
 from interplab.core.errors import ShapeError
 from interplab.figures.lenses import (attention_heads_figure, attribution_scatter, dla_figure, logit_lens_figure,
-                                      patching_figure)
+                                      patching_cell, patching_figure)
 from interplab.probes.lenses import AttentionResult, DLAResult, LogitLensResult, PatchingResult
 
 TOKENS = ["<bos>", "a", "b", "c"]
@@ -30,6 +30,24 @@ def test_patching_figures():
     assert len(sc.data) == 2
     with pytest.raises(ShapeError):
         PatchingResult("resid_pre", np.zeros((2, 3)), np.arange(2), TOKENS, 0.0, 0.0)
+
+
+
+def test_clickable_patching_figure_maps_every_cell_back_to_its_site():
+    """Each invisible marker sits on its heatmap cell and carries (layer, position, head, value); a click on it
+    gives the cell the page patches. Layers need not start at 0."""
+    g = PatchingResult("resid_pre", np.arange(8.0).reshape(2, 4), np.array([3, 5]), TOKENS, 2.0, -1.0)
+    fig = patching_figure(g, normalized=False, clickable=True)
+    heat, cells = fig.data
+    assert heat.hoverinfo == "skip" and len(cells.customdata) == 8
+    for x, y, data in zip(cells.x, cells.y, cells.customdata):
+        r, c = list(heat.y).index(y), list(heat.x).index(x)
+        assert data[3] == heat.z[r][c]
+        assert patching_cell({"customdata": data}) == ((3, 5)[r], c, None)
+    z = _grid("attn_z", (2, 4, 4))
+    heads = patching_figure(z, position=-1, clickable=True).data[1]
+    assert {patching_cell({"customdata": d})[1:] for d in heads.customdata} == {(3, h) for h in range(4)}
+    assert patching_cell({"x": 1}) is None and patching_figure(g).data[0].hoverinfo is None
 
 
 def test_logit_lens_dla_attention_figures():

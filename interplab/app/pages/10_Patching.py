@@ -9,7 +9,7 @@ st.set_page_config(page_title="interplab · Patching", page_icon=":microscope:",
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
-from interplab.figures.lenses import attribution_scatter, patching_figure  # noqa: E402
+from interplab.figures.lenses import attribution_scatter, patching_cell, patching_figure  # noqa: E402
 from interplab.probes.lenses import (PATCH_KINDS, activation_patching, attribution_patching,  # noqa: E402
                                      compare_to_exact, default_pair, patched_generation)
 
@@ -61,6 +61,20 @@ if "pt_result" not in st.session_state:
     st.info("Press **Run patching** to sweep the grid.")
     st.stop()
 
+def _pick_cell(kind: str, points: list) -> None:
+    """A click on a heatmap cell fills in the 'patched generation' selection below (once per new click, so the
+    boxes stay editable while the selection persists)."""
+    cell = patching_cell(points[0]) if points else None
+    if cell is None or st.session_state.get("pt_last_click") == (kind, cell):
+        return
+    st.session_state["pt_last_click"] = (kind, cell)
+    layer, position, head = cell
+    st.session_state.update(pt_cell_site=kind, pt_cell_layer=layer,
+                            pt_cell_pos="all" if position is None else position,
+                            pt_cell_head="all" if head is None else head)
+    st.session_state.pop("pt_gen_text", None)
+
+
 exact, approx = st.session_state["pt_result"]
 shown = approx if approx is not None else exact
 first = next(iter(exact.results.values()))
@@ -71,7 +85,9 @@ for kind, res in shown.results.items():
     pos = None
     if kind == "attn_z" and res.values.ndim == 3:
         pos = st.slider("Query position", 0, len(res.tokens) - 1, len(res.tokens) - 1, key=f"pt_pos_{kind}")
-    show_figure(patching_figure(res, position=pos), key=f"pt_fig_{kind}", filename=f"patching_{kind}")
+    clicked = show_figure(patching_figure(res, position=pos, clickable=True), key=f"pt_fig_{kind}",
+                          filename=f"patching_{kind}", selectable=True)
+    _pick_cell(kind, clicked)
     if approx is not None:
         show_figure(attribution_scatter(approx[kind], exact[kind]), key=f"pt_scatter_{kind}")
 if approx is not None:
@@ -79,6 +95,7 @@ if approx is not None:
     st.dataframe(compare_to_exact(approx, exact).round(4), hide_index=True, key="pt_compare")
 
 st.subheader("Patched generation of one cell")
+st.caption("Click a cell of a heatmap above, or pick it here.")
 kinds = list(exact.results)
 c1, c2, c3, c4 = st.columns(4)
 with c1:

@@ -85,6 +85,14 @@ def test_direction_page_defaults_and_button(toy_chat):
     assert first not in set(neigh["name"]) and set(neigh["source"]) <= {"sae", "atlas", "decodeshare", "unembedding",
                                                                          "user"}
     assert (neigh["cosine"].abs().diff().dropna() <= 1e-12).all()           # largest |cos| first
+    # a Truth-Score probe of a head, written through its W_O: its accuracy is shown and the dashboard builds
+    at.selectbox(key="dir_source").set_value("Truth-Score probe of a head").run()
+    assert not at.exception, at.exception
+    at.number_input(key="dir_truth_head").set_value(2).run()
+    assert any("held-out accuracy (its Truth Score)" in c.value for c in at.caption)
+    at.button(key="dir_go").click().run()
+    assert not at.exception, at.exception
+    assert {"dir_hist__chart", "dir_logits__chart"} <= set(_charts(at))
 
 
 @pytest.mark.slow

@@ -40,6 +40,15 @@ def _registry(_model, key, site: str, extra_key):  # noqa: ARG001 - key / extra_
     return collect_directions(_model, site, unembedding=64, extra=extra)
 
 
+@st.cache_data(show_spinner="Fitting the Truth-Score probe of that head...", max_entries=16)
+def _truth_direction(_model, key, layer: int, head: int):  # noqa: ARG001 - key: cache key
+    from interplab.probes.lenses.atlas_inputs import truth_items
+    from interplab.probes.truth import truth_probe_directions
+
+    res = truth_probe_directions(_model, truth_items(_model), [(layer, head)])
+    return res.directions[0], float(res.accuracy[0])
+
+
 c1, c2, c3 = st.columns([2, 2, 3])
 with c1:
     site = st.selectbox("Site", [f"resid_post.{i}" for i in range(model.n_layers)], index=model.n_layers - 1,
@@ -48,7 +57,7 @@ at = st.session_state.get("at_result")
 registry = _registry(model, model_key, site, (id(at), getattr(at, "site", "")))
 collected = [n for n, src in zip(registry.names, registry.sources) if src != "unembedding"]
 with c2:
-    sources = ["unembedding of a token", "a collected direction", "upload .npy"]
+    sources = ["unembedding of a token", "a collected direction", "Truth-Score probe of a head", "upload .npy"]
     source = st.selectbox("Direction", sources, key="dir_source",
                           help=f"{len(collected)} directions collected at this site: SAE decoder rows, saved atlas "
                                "and decodeshare runs, this session's atlas")
@@ -58,6 +67,20 @@ with c3:
         up = st.file_uploader(f"A [{model.d_model}] float array (.npy)", type=["npy"], key="dir_upload")
         vec = np.load(io.BytesIO(up.getvalue())) if up is not None else None
         vec_name = None
+    elif source == "Truth-Score probe of a head":
+        layer_now = int(site.split(".")[1])
+        h1, h2 = st.columns(2)
+        t_layer = int(h1.number_input("Layer", 0, layer_now, layer_now, key="dir_truth_layer",
+                                      help="a head writes into the stream read at resid_post of its layer and later"))
+        t_head = int(h2.number_input("Head", 0, model.n_heads - 1, 0, key="dir_truth_head"))
+        try:
+            vec, t_acc = _truth_direction(model, model_key, t_layer, t_head)
+            vec_name = None
+            st.caption(f"probe weight w on L{t_layer}H{t_head}'s z, written through its W_O (w @ W_O); held-out "
+                       f"accuracy (its Truth Score) {t_acc:.3f}")
+        except InterplabError as exc:
+            vec, vec_name = None, None
+            st.info(f"No Truth-Score probe for this model: {exc}")
     elif source == "a collected direction":
         vec_name = st.selectbox("Collected direction", collected, key="dir_collected",
                                 placeholder="none collected at this site") if collected else None

@@ -137,12 +137,10 @@ def _toy_inputs(model, inp: AtlasInputs, *, n_items: int, n_decode: int, n_pairs
     from interplab.probes.crh import model_format, toy_concept_data
     from interplab.probes.decodeshare import SEQ_TASKS, multitask_sets
     from interplab.probes.lenses.common import default_pair
-    from interplab.probes.truth import ctxmem_truth_set
 
     fmt = model_format(model)
     inp.pair = default_pair(model, seed=seed)
-    inp.truth_items = _try(inp, "truth", lambda: ctxmem_truth_set(n_items, seed=seed, fmt=fmt,
-                                                                  tokenizer=model.tokenizer))
+    inp.truth_items = _try(inp, "truth", lambda: truth_items(model, n_items, seed))
     sets = _try(inp, "decodeshare", lambda: multitask_sets(model, list(SEQ_TASKS), n_decode, seed=seed, fmt=fmt))
     if sets:
         inp.decode_prompts = {name: s.prompts for name, s in sets.items()}
@@ -154,6 +152,25 @@ def _toy_inputs(model, inp: AtlasInputs, *, n_items: int, n_decode: int, n_pairs
     texts = [default_pair(model, seed=s)[0] for s in range(16)]
     inp.texts = texts if len(set(map(str, texts))) > 1 else [it["text"] for it in (inp.truth_items or [])][:64]
     inp.texts = inp.texts or list(inp.pair)
+
+
+def truth_items(model, n_items: int = 128, seed: int = 0) -> list[dict]:
+    """The Truth-Score verification items the atlas uses for `model`: the planted items of a truth validation
+    organism, else CtxMem items in the model's prompt format (a typed error when its vocabulary has no CtxMem
+    words, or when it is another validation organism)."""
+    from interplab.core.errors import InputError
+
+    planted = planted_truth(model)
+    if planted is not None and planted[0] == "truth":
+        from interplab.zoo.validation.truth_scores import planted_truth_items
+
+        return planted_truth_items(n_items, seed=seed, memory_map=planted[1]["memory_map"])
+    if planted is not None:
+        raise InputError(f"this validation organism ({planted[0]}) has no verification items")
+    from interplab.probes.crh import model_format
+    from interplab.probes.truth import ctxmem_truth_set
+
+    return ctxmem_truth_set(n_items, seed=seed, fmt=model_format(model), tokenizer=model.tokenizer)
 
 
 def atlas_inputs(model, *, n_items: int = 128, n_decode: int = 16, n_pairs: int = 48, concept: str = "animal",

@@ -8,11 +8,13 @@ weight preservation, evidence attention and the gating sweep. Spec: docs/truth_s
     data        CtxMem verification / counterfactual sets, context_following
     analysis    evidence_summary, gating_sweep, verification_accuracy, head_ablation_effects
     studies     released_lineage, score_organism, lineage_study, gating_study and their typed results
+    directions  truth_probe_directions: a head probe's weight written through W_O as a residual direction
 """
 from interplab.probes.truth.analysis import (binomial_ci, evidence_summary, gating_sweep, head_ablation_effects,
                                              verification_accuracy)
 from interplab.probes.truth.data import (context_following, ctxmem_counterfactual_set, ctxmem_truth_set,
                                          user_truth_set)
+from interplab.probes.truth.directions import TruthProbeDirections, truth_probe_directions
 from interplab.probes.truth.lineage import (RELEASED_PAIRS, STATISTICS, correlation_matrix, lineage_correlation,
                                             lineage_table, load_released_maps, per_layer_correlation, released_dir,
                                             topk_jaccard, within_layer_permutations)
@@ -26,7 +28,7 @@ from interplab.probes.truth.weights import WP_COLUMNS, preservation_vs_score_cha
 
 __all__ = [
     "TruthScores", "TruthScoresConfig", "truth_scores", "truth_scores_from_activations", "capture_head_outputs",
-    "evidence_attention",
+    "evidence_attention", "TruthProbeDirections", "truth_probe_directions",
     "ProbeFit", "fit_head_probes", "kfold_splits", "stratified_splits",
     "RELEASED_PAIRS", "STATISTICS", "lineage_correlation", "per_layer_correlation", "correlation_matrix",
     "lineage_table", "topk_jaccard", "within_layer_permutations", "load_released_maps", "released_dir",

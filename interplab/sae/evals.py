@@ -185,6 +185,17 @@ def response_masks(model: Any, dialogues: Sequence[Any], truncate: int | None = 
     return out
 
 
+def _reconstruction(sae, prov, special_token_ids, dense_threshold) -> dict:
+    """Reconstruction metrics of `sae` over every chunk of a provider (the FAST or the packed distribution)."""
+    acc = ReconstructionAccumulator(int(sae.cfg.d_sae), special_token_ids, dense_threshold)
+    sae.eval()
+    with torch.no_grad():
+        for ch in prov.iter_chunks():
+            f, xh = sae_recon(sae, ch.acts)
+            acc.update(ch.acts, xh.float(), ch.token_ids, f)
+    return acc.result()
+
+
 def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | None = None,
                  special_token_ids: Sequence[int] | None = None, truncate: int | None = 8192, micro_batch: int = 16,
                  downstream: bool = True, dense_threshold: float = 0.1, positions: Any = "all") -> dict:
@@ -223,13 +234,7 @@ def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | 
         for i, (m, ids) in enumerate(zip(resp, prov.samples)):
             if m.numel() != len(ids):  # pragma: no cover - both come from chat_ids
                 raise DataError(f"response mask of dialogue {i} has {m.numel()} entries for {len(ids)} tokens")
-    acc = ReconstructionAccumulator(int(sae.cfg.d_sae), special_token_ids, dense_threshold)
-    sae.eval()
-    with torch.no_grad():
-        for ch in prov.iter_chunks():
-            f, xh = sae_recon(sae, ch.acts)
-            acc.update(ch.acts, xh.float(), ch.token_ids, f)
-    res = acc.result()
+    res = _reconstruction(sae, prov, special_token_ids, dense_threshold)
     res["site"] = site
     res["special_token_ids"] = list(map(int, special_token_ids))
     if downstream:
@@ -349,13 +354,7 @@ def evaluate_sae_packed(model: Any, sae: Any, dialogues: Sequence[Any], *, conte
     prov = block_provider(model, dialogues, site=site, context_size=context_size, separator=separator,
                           micro_batch=micro_batch, shuffle=False, truncate=truncate)
     blocks, src_sample, src_pos = prov.packed(0)
-    acc = ReconstructionAccumulator(int(sae.cfg.d_sae), special_token_ids, dense_threshold)
-    sae.eval()
-    with torch.no_grad():
-        for ch in prov.iter_chunks():
-            f, xh = sae_recon(sae, ch.acts)
-            acc.update(ch.acts, xh.float(), ch.token_ids, f)
-    res = acc.result()
+    res = _reconstruction(sae, prov, special_token_ids, dense_threshold)
     res.update(site=site, special_token_ids=list(map(int, special_token_ids)), n_blocks=int(blocks.shape[0]),
                context_size=int(context_size))
     if downstream:

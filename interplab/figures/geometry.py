@@ -301,7 +301,7 @@ def delta_dim_by_arm_figure(summary, *, title: str | None = None):
                                  error_y=_error_bars(both), line=dict(color=QUALITATIVE[i % len(QUALITATIVE)]),
                                  hovertemplate="%{x}<br>ΔDim %{y:.2f}<extra>" + arm + "</extra>"))
     fig.add_hline(y=0, line_color="#888", line_dash="dot")
-    apply_style(fig, title=title or "ΔDim per layer by arm (mean, 95% t interval over seeds)", xaxis="layer",
+    apply_style(fig, title=title or "ΔDim per layer by arm<br>(mean, 95% t interval over seeds)", xaxis="layer",
                 yaxis="ΔDim = PR(arm) − PR(base)")
     fig.update_xaxes(type="category")
     return fig
@@ -317,7 +317,7 @@ def weight_change_figure(summary, *, title: str | None = None):
         fig.add_trace(go.Bar(x=g["group"], y=g["mean"], name=arm, error_y=_error_bars(g),
                              marker_color=QUALITATIVE[i % len(QUALITATIVE)],
                              hovertemplate="%{x}<br>‖ΔW‖ %{y:.3f}<extra>" + arm + "</extra>"))
-    apply_style(fig, title=title or "Weight change ‖ΔW‖_F vs the base (mean, 95% t interval over seeds)",
+    apply_style(fig, title=title or "Weight change ‖ΔW‖_F vs the base<br>(mean, 95% t interval over seeds)",
                 xaxis="parameter group", yaxis="‖ΔW‖_F", barmode="group")
     fig.update_xaxes(type="category")
     return fig

@@ -39,15 +39,20 @@ def test_layer_geometry_page(tmp_path_factory, monkeypatch):
     at.run()
     assert not at.exception, at.exception
     assert not at.warning
-    # the first render shows the geometry only; generation-heavy views wait for the button (fast first open)
-    assert [c.key for c in at.get("plotly_chart")] == ["geo_pr__chart", "geo_cosl2__chart", "geo_spectrum__chart"]
+    # the first render shows the geometry only (after the shipped hyperfit-controls run's two figures);
+    # generation-heavy views wait for the button (fast first open)
+    from interplab.results.runs import shipped_runs
+
+    controls = ["geo_controls_ddim__chart", "geo_controls_dw__chart"] if shipped_runs("hyperfit-controls") else []
+    assert [c.key for c in at.get("plotly_chart")] == controls + ["geo_pr__chart", "geo_cosl2__chart",
+                                                                  "geo_spectrum__chart"]
     at.button(key="geo_more").click().run()
     assert not at.exception, at.exception
     keys = [c.key for c in at.get("plotly_chart")]
     for k in ("geo_pr__chart", "geo_cosl2__chart", "geo_spectrum__chart", "geo_ranks__chart",
               "geo_temperature__chart", "geo_diversity__chart"):
         assert k in keys
-    table = at.dataframe[0].value
+    table = next(d.value for d in at.dataframe if "pr_a" in d.value.columns)  # after the shipped run's tables
     assert {"pr_a", "pr_b", "delta_pr", "cos", "l2"} <= set(table.columns) and len(table) == 3
     assert any("T\\* =" in m.value for m in at.markdown)
 

@@ -36,10 +36,14 @@ PAGES = [
     ("Feature Browser",
      "Browse a trained SAE's features: top-activating contexts, activation histograms, the tokens each feature "
      "promotes, and steering the model with a feature."),
+    ("Runs",
+     "Every saved run: its experiment, config, date, interplab version and figures, reopenable in its method "
+     "page; `interplab runs list|show|rm|clean` from the command line. Pages also offer the runs interplab ships "
+     "under results/ (marked 'shipped')."),
     ("Patching",
      "Activation patching between a clean and a corrupted prompt over layer x position and layer x head grids, "
-     "attribution patching (gradient and integrated gradients) on the same grid, and any cell's patched "
-     "generation."),
+     "attribution patching (gradient and integrated gradients) on the same grid, and the patched generation of "
+     "any cell you click."),
     ("Logit Lens",
      "Every layer's residual stream read through the final norm and unembedding (and a trained tuned lens), "
      "with direct logit attribution per head and MLP."),
@@ -47,7 +51,7 @@ PAGES = [
      "Every query head's attention pattern of a layer, with token hover and grouped-query (KV) groups shown."),
     ("Direction",
      "A dashboard for any direction (a token's unembedding, an SAE feature, a decode-shared basis vector, a CRH "
-     "axis, an uploaded vector): where it fires, what it writes to the logits, its nearest neighbours among every "
+     "axis, a head's Truth-Score probe, an uploaded vector): where it fires, what it writes to the logits, its nearest neighbours among every "
      "direction computed for the model, and what adding it does."),
     ("Atlas",
      "One model, every method on shared axes: Truth Scores, per-head patching and direct logit attribution on "

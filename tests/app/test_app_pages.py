@@ -124,3 +124,14 @@ def test_models_page_prompts_chat_organisms_through_their_template(monkeypatch):
         at.radio(key="models_form").set_value("raw text (+ <bos>)").run()
     assert not at.exception, at.exception
     assert "`<bos>`" in _text(at).split("**Tokens")[1]
+
+
+def test_home_describes_every_page(monkeypatch):
+    """A newcomer's map: the Home page has a paragraph for every page of the sidebar."""
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", "zoo:toy-chat")
+    at = AppTest.from_file(HOME, default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    text = _text(at)
+    for f in (APP_DIR / "pages").glob("*.py"):
+        title = f.stem.split("_", 1)[1].replace("_", " ")
+        assert f"**{title}.**" in text, f"Home has no paragraph for the {title} page"

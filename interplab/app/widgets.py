@@ -157,6 +157,19 @@ def require_model(name: str, backend: str = "bridge", device: str | None = None,
     return model
 
 
+def page_model(prefix: str):
+    """The sidebar's model for a page whose state depends on it: (model, model_key, is_new). is_new is True on the
+    first run with this model (name, backend, device, dtype), when the page resets its defaults and drops results
+    computed on another model. `prefix` namespaces the page's session-state key."""
+    name, backend = model_picker("model")
+    device, dtype = picked_device_dtype("model")
+    model = require_model(name, backend, device, dtype)
+    model_key = (state.normalize_name(name), backend, device, dtype)
+    is_new = st.session_state.get(f"{prefix}_model_key") != model_key
+    st.session_state[f"{prefix}_model_key"] = model_key
+    return model, model_key, is_new
+
+
 def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved run", hint: str = ""):
     """The `result` of a saved run of `experiment` the user picks: their own runs newest first, then the runs the
     project ships under results/ (so a page opens on a real result), or None with a caption saying how to make one.

@@ -6,8 +6,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Patching", page_icon=":microscope:", layout="wide")
 
-from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import attribution_scatter, patching_cell, patching_figure  # noqa: E402
 from interplab.probes.lenses import (PATCH_KINDS, activation_patching, attribution_patching,  # noqa: E402
@@ -18,13 +17,9 @@ st.caption("Which activations carry the difference between a clean and a corrupt
            "corrupt prompt and writes in one clean activation per cell; 1 = the clean answer is fully restored. "
            "Attribution patching estimates the whole grid from one backward pass.")
 
-name, backend = model_picker("model")
-device, dtype = picked_device_dtype("model")
-model = require_model(name, backend, device, dtype)
-model_key = (state.normalize_name(name), backend, device, dtype)
+model, model_key, is_new = page_model("pt")
 
-if st.session_state.get("pt_model_key") != model_key:  # a new model: new default pair, drop old results
-    st.session_state["pt_model_key"] = model_key
+if is_new:  # a new model: new default pair, drop old results
     st.session_state["pt_clean"], st.session_state["pt_corrupt"] = default_pair(model)
     st.session_state.pop("pt_result", None)
 

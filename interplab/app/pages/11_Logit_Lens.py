@@ -6,8 +6,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Logit Lens", page_icon=":microscope:", layout="wide")
 
-from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import dla_figure, logit_lens_figure  # noqa: E402
 from interplab.probes.lenses import (default_pair, direct_logit_attribution, logit_lens,  # noqa: E402
@@ -17,12 +16,8 @@ st.title("Logit Lens")
 st.caption("What would the model predict if it stopped after layer L? Each layer's resid_post goes through the "
            "model's own final norm and unembedding; the last layer is the model's output.")
 
-name, backend = model_picker("model")
-device, dtype = picked_device_dtype("model")
-model = require_model(name, backend, device, dtype)
-model_key = (state.normalize_name(name), backend, device, dtype)
-if st.session_state.get("ll_model_key") != model_key:
-    st.session_state["ll_model_key"] = model_key
+model, model_key, is_new = page_model("ll")
+if is_new:
     st.session_state["ll_prompt"] = default_pair(model)[0]
     st.session_state.pop("ll_tuned", None)
 

@@ -6,8 +6,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Attention", page_icon=":microscope:", layout="wide")
 
-from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import attention_heads_figure  # noqa: E402
 from interplab.probes.lenses import attention_patterns, default_pair  # noqa: E402
@@ -16,12 +15,8 @@ st.title("Attention")
 st.caption("Per-head attention patterns. Under grouped-query attention, heads of one KV group share keys and "
            "values, so their patterns differ only through their queries.")
 
-name, backend = model_picker("model")
-device, dtype = picked_device_dtype("model")
-model = require_model(name, backend, device, dtype)
-model_key = (state.normalize_name(name), backend, device, dtype)
-if st.session_state.get("att_model_key") != model_key:
-    st.session_state["att_model_key"] = model_key
+model, model_key, is_new = page_model("att")
+if is_new:
     st.session_state["att_prompt"] = default_pair(model)[0]
     st.session_state["att_layer"] = model.n_layers - 1
 

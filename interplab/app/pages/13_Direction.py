@@ -9,8 +9,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Direction", page_icon=":microscope:", layout="wide")
 
-from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import direction_histogram, logit_effects_figure  # noqa: E402
 from interplab.probes.lenses import collect_directions, default_pair, direction_dashboard  # noqa: E402
@@ -20,12 +19,8 @@ st.caption("Any direction in the residual stream — an SAE decoder row, a probe
            "steering vector, an uploaded array: where it fires, what it writes to the logits, what it is close to, "
            "and what adding it does.")
 
-name, backend = model_picker("model")
-device, dtype = picked_device_dtype("model")
-model = require_model(name, backend, device, dtype)
-model_key = (state.normalize_name(name), backend, device, dtype)
-if st.session_state.get("dir_model_key") != model_key:
-    st.session_state["dir_model_key"] = model_key
+model, model_key, is_new = page_model("dir")
+if is_new:
     st.session_state.pop("dir_result", None)
 
 

@@ -8,6 +8,17 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["WANDB_MODE"] = "disabled"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The user's own state never reaches a test: runs, uploads and the user zoo of the person running the suite
+# (~/.interplab or their $INTERPLAB_HOME) would be offered by the pages' saved-run sections and change what a test
+# reads (issue 24 §4). One empty home for the whole session, set before anything imports interplab, inherited by
+# every subprocess (servers, CLI, snippets); tests that need a home of their own still monkeypatch it.
+import tempfile  # noqa: E402
+
+USER_INTERPLAB_HOME = os.environ.get("INTERPLAB_HOME")   # what the user had, for the isolation test only
+SESSION_HOME = tempfile.mkdtemp(prefix="interplab-test-home-")
+os.environ["INTERPLAB_HOME"] = SESSION_HOME
+os.environ["INTERPLAB_SESSION_HOME"] = SESSION_HOME
+
 import pytest  # noqa: E402
 
 ARCHS = ("gpt2", "llama", "qwen2", "mistral")

@@ -31,9 +31,10 @@ if ! python -c "import torch" >/dev/null 2>&1; then
   pip install -q --upgrade pip
   pip install -q "torch==${INTERPLAB_TORCH:-2.13.0}"
 fi
-if ! python -c "import interplab, pytest, playwright" >/dev/null 2>&1 || [ pyproject.toml -nt "$VENV/.interplab-installed" ]; then
-  echo "[setup] installing interplab and its dependencies"
-  pip install -q -e ".[dev]"
+if ! python -c "import interplab, pytest, playwright" >/dev/null 2>&1 || [ pyproject.toml -nt "$VENV/.interplab-installed" ] \
+   || [ constraints.txt -nt "$VENV/.interplab-installed" ]; then
+  echo "[setup] installing interplab and its dependencies (versions from constraints.txt, those of a green run)"
+  pip install -q -e ".[dev]" -c constraints.txt
   touch "$VENV/.interplab-installed"
 fi
 

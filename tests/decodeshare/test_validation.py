@@ -24,7 +24,29 @@ def test_validation_meets_every_target(result):
     assert result.passed(), table
     row = result.per_seed.iloc[0]
     assert row["base_acc"] == 1.0 and row["acc_shared"] == 0.0
+    assert (result.loto["k_s"] == 2).all(), result.loto
     assert (result.loto["acc_loto_removed"] == 0.0).all() and (result.loto["acc_loto_haar_energy"] == 1.0).all()
+
+
+def test_no_rho_cut_falls_inside_the_planted_pair(tmp_path):
+    """Issue 24: P's two directions have equal variance, so a rho cut between them keeps one direction chosen by
+    the SVD's rounding (the LOTO verdict then flipped with the CPU). The organism keeps enough variance below P, in
+    the full pool and in every leave-one-task-out pool, for the cut to pass P with a margin; checked on the
+    eigenvalues (rotation-free), not on which basis the SVD returned."""
+    m = interplab.load_model(str(build_planted_decode_organism(tmp_path / "o")), device="cpu")
+    by_task = {t: [r["prompt"] for r in rows] for t, rows in task_prompts().items()}
+    dec = collect_decode_states(m, by_task, layer=0, max_new_tokens=6)
+    P = planted_basis()
+    pools = {"all": dec, **{f"without {t}": {n: v for n, v in dec.items() if n != t} for t in dec}}
+    for name, pool in pools.items():
+        ss = shared_subspace(pool, rho=0.95, tau=1e-3)
+        X = np.concatenate([v - v.mean(0) for v in pool.values()])
+        p_var = np.linalg.norm(X @ P, axis=0) ** 2 / (X ** 2).sum()       # P's share of the variance, per dim
+        assert np.allclose(p_var, p_var[0], rtol=1e-6)                      # the degenerate pair
+        above = ss.explained[ss.explained > p_var[0] * (1 + 1e-3)].sum()
+        through_p = above + p_var.sum()
+        assert through_p < 0.95 - 0.03, (name, through_p)                  # the cut passes P with a margin
+        assert ss.k_s == 2 and principal_angles(ss.basis, P).max() < 1.0, name
 
 
 def test_negative_control_prefill_subspace_fails_to_recover(result):

@@ -5,10 +5,13 @@ Tasks t = 0..3, values v = 0..5. Prompt `<bos> T_t x_v`; answer: four output tok
 w_s = g_t(w_{s-1}) (w_0 = v, g_t(w) = (w + t + 1) mod 6), then <eos>.
 
 - Embeddings: the task token carries its task one-hot; x_v carries X[v] and an IN flag; o{t}v{w}s{s} carries a
-  task-specific value coordinate V[t, w] with amplitude a_t (1.0, 1.2, 1.4, 1.6: the high-variance, task-specific
-  directions) and the step code eps·√2·(cos θ_s, sin θ_s), θ_s = 45° + 90°·(s - 1), in P (2 dims shared by
-  every task, variance eps² = 0.0625 each against 0.035-0.089 per V direction pooled over tasks: P ranks below the
-  top ten variance directions, so "shared" and "top-variance" differ by construction).
+  task-specific value coordinate V[t, w] with amplitude a_t (TASK_AMPLITUDES: the task-specific directions) and the
+  step code eps·√2·(cos θ_s, sin θ_s), θ_s = 45° + 90°·(s - 1), in P (2 dims shared by every task, variance
+  eps² = 0.0625 each). Pooled over the four tasks a V direction has variance a_t²/24 (0.027, 0.034, 0.082, 0.107):
+  P ranks below the top ten variance directions, so "shared" and "top-variance" differ by construction. Two task
+  groups also sit below P, in the full pool and in every leave-one-task-out pool (a_t²/18 < eps² for t = 0, 1), so
+  no rho cut (0.95) falls inside P's degenerate pair: a cut there would keep one arbitrary direction of P, chosen by
+  the SVD's rounding, and the LOTO verdict would depend on the CPU (issue 24).
 - Layer 0 has one head: from an IN token it attends to the task token and copies the task one-hot (so the prefill's
   first answer token knows its task); everywhere else it rests on <bos>, whose value is 0. All else is zero.
 - lm_head: o{t}v{w}s{s} reads TASKCOPY[t] and X[g_t^-1(w)] (the first token, from the prefill), V[t, g_t^-1(w)]
@@ -40,6 +43,7 @@ V0 = TCOPY0 + N_TASKS
 P0 = V0 + N_TASKS * N_VALUES
 PAD_VALUE = 0.0  # no constant padding dim: a large constant leaks into P under random projections
 PLANTED_TRUTH_FILE = "planted_truth.json"
+TASK_AMPLITUDES = (0.8, 0.9, 1.4, 1.6)  # see the module docstring for the ordering against eps these must keep
 
 
 @dataclass
@@ -127,7 +131,7 @@ def build_planted_decode_organism(path, spec: PlantedDecodeSpec | None = None) -
                       rope_parameters={"rope_type": "default", "rope_theta": 1e20},
                       bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model = LlamaForCausalLM(cfg)
-    amp = [1.0 + 0.2 * t for t in range(N_TASKS)]
+    amp = list(TASK_AMPLITUDES)
     E = torch.zeros(vocab, D_MODEL)
     E[:, ONE], E[:, PAD] = 1.0, PAD_VALUE
     E[1, BOS_F] = 1.0

@@ -21,6 +21,54 @@ os.environ["INTERPLAB_SESSION_HOME"] = SESSION_HOME
 
 import pytest  # noqa: E402
 
+
+def _verdict_stability_knobs() -> None:
+    """Perturbations for the verdict-stability runs (issue 24 §1, `scripts/verdict_stability.sh`); unset, nothing
+    changes. INTERPLAB_TEST_THREADS pins torch's intra-op threads. INTERPLAB_TEST_WEIGHT_NOISE=r adds
+    r·rms(W)·N(0, 1) (seeded, so a rerun is identical) to every tensor of every HF checkpoint loaded (the hand-built
+    organisms, the shipped zoo, random checkpoints) and to the planted dictionary of SAELens's synthetic features:
+    relative to the tensor's scale, so a weight planted at exactly 0 moves too."""
+    threads, noise = os.environ.get("INTERPLAB_TEST_THREADS"), float(os.environ.get("INTERPLAB_TEST_WEIGHT_NOISE", 0))
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    if not noise:
+        return
+    import torch
+    from transformers import PreTrainedModel
+
+    def perturb(module) -> None:
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in list(module.parameters()) + list(module.buffers()):
+                if p.is_floating_point() and p.device.type != "meta" and p.numel():
+                    rms = p.float().pow(2).mean().sqrt()
+                    p.add_((noise * rms * torch.randn(p.shape, generator=g)).to(p.dtype))
+
+    original = PreTrainedModel.from_pretrained.__func__
+
+    def from_pretrained(cls, *args, **kwargs):
+        model = original(cls, *args, **kwargs)
+        perturb(model)
+        return model
+
+    PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+    try:
+        from sae_lens.synthetic import FeatureDictionary
+    except ImportError:
+        return
+    init = FeatureDictionary.__init__
+
+    def dictionary_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        perturb(self)
+
+    FeatureDictionary.__init__ = dictionary_init
+
+
+_verdict_stability_knobs()
+
 ARCHS = ("gpt2", "llama", "qwen2", "mistral")
 
 

@@ -1,6 +1,8 @@
 """TransformerLens 3.9 TransformerBridge backend: canonical sites -> TL hook names."""
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from interplab.models.backends.base import (ForwardRequest, ForwardResult, StopForward, apply_edits,
@@ -41,6 +43,20 @@ class BridgeBackend:
         self.n_layers = int(bridge.cfg.n_layers)
         for block in bridge.blocks:
             block.attn.register_forward_pre_hook(_kv_cache_compat, with_kwargs=True)
+        self._points: dict[str, object] | None = None
+        self._levels = itertools.count(1_000_000)  # above any context level TL's own `bridge.hooks` reaches
+
+    def _hook_point(self, name: str):
+        """The HookPoint of TL hook `name`, resolved once per model. `bridge.hooks(...)` rebuilds the whole alias
+        map for every hook it adds (~40 ms a forward on GPT-2 small, more per layer), which dominated KV-cached
+        generation, where every decode step is a forward."""
+        if self._points is None:
+            from transformer_lens.model_bridge.bridge import build_alias_to_canonical_map
+
+            hd = self.bridge.hook_dict
+            aliases = build_alias_to_canonical_map(hd)
+            self._points = {n: hd[aliases.get(n, n)] for n in {*hd, *aliases} if aliases.get(n, n) in hd}
+        return self._points[name]
 
     def forward(self, req: ForwardRequest) -> ForwardResult:
         captures: dict[str, torch.Tensor] = {}
@@ -61,13 +77,20 @@ class BridgeBackend:
                 return x
             return hook
 
-        fwd_hooks = [(tl_hook_name(s), make_hook(s)) for s in req.sites_in_order(self.n_layers)]
+        points = [(self._hook_point(tl_hook_name(s)), make_hook(s)) for s in req.sites_in_order(self.n_layers)]
+        level = next(self._levels)
         out = None
-        with torch.set_grad_enabled(req.grad), self.bridge.hooks(fwd_hooks=fwd_hooks):
-            try:
-                out = self.hf_model(**hf_forward_kwargs(req))
-            except StopForward:
-                pass
+        try:  # the hooks of this forward only (its own level): hooks a user attached to the bridge survive
+            for point, fn in points:
+                point.add_hook(fn, dir="fwd", level=level)
+            with torch.set_grad_enabled(req.grad):
+                try:
+                    out = self.hf_model(**hf_forward_kwargs(req))
+                except StopForward:
+                    pass
+        finally:
+            for point in {id(p): p for p, _ in points}.values():
+                point.remove_hooks(dir="fwd", level=level)
         if out is None:
             return ForwardResult(None, captures, None)
         kv = getattr(out, "past_key_values", None) if req.use_cache else None

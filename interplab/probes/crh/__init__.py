@@ -13,7 +13,7 @@ from interplab.probes.crh.baselines import (BaselineCurves, baseline_scan, diffm
                                             probe_direction)
 from interplab.probes.crh.cylinder import (Cylinder, angle_between, circular_mean, fit_cylinder,
                                            lrh_null_plane_explained, max_principal_angle, procrustes_2d, wrap_angle)
-from interplab.probes.crh.diffs import concept_acts, concept_diffs
+from interplab.probes.crh.diffs import concept_acts, concept_acts_by_layer, concept_diffs, concept_diffs_by_layer
 from interplab.probes.crh.helix import (HELIX_MODES, HelixConfig, HelixFit, HelixFits, fit_helix, planted_helix,
                                         planted_line)
 from interplab.probes.crh.implications import (PairwiseTest, TrigLawScan, pairwise_test, steerability_slope,
@@ -42,7 +42,8 @@ __all__ = [
     "strength_grid", "penalty_grid", "first_activation", "activation_margin", "activation_auc", "sector_centre",
     "suppress_centre", "SectorMap", "PenaltyMap", "PairwiseTest", "pairwise_test", "steerability_slope", "TrigLawScan", "trig_law_scan",
     # through a model
-    "concept_acts", "concept_diffs", "steer_generate", "SteerRun", "truncate_at", "sector_scan", "penalty_scan",
+    "concept_acts", "concept_acts_by_layer", "concept_diffs", "concept_diffs_by_layer", "steer_generate", "SteerRun",
+    "truncate_at", "sector_scan", "penalty_scan",
     "baseline_scan", "BaselineCurves", "diffmean_direction", "pca_direction", "probe_direction",
     "load_concept_menu", "generate_concept_pairs", "ConceptPairs", "ConceptData", "model_format", "toy_concept_data",
     "toy_spiral_prompts", "SPIRAL_DEFAULT_PAIR",

@@ -30,6 +30,14 @@ def concept_acts(model, texts: Sequence, *, layer: int, position: str = "last", 
                  batch_size: int = 32) -> np.ndarray:
     """Residual activations [n, d] (float64) at `site.layer`, read at each row's last real token (`position="last"`)
     or averaged over its real tokens (`"mean"`). `texts`: strings or token-id lists."""
+    return concept_acts_by_layer(model, texts, layers=[layer], position=position, site=site,
+                                 batch_size=batch_size)[int(layer)]
+
+
+def concept_acts_by_layer(model, texts: Sequence, *, layers: Sequence[int], position: str = "last",
+                          site: str = "resid_post", batch_size: int = 32) -> dict[int, np.ndarray]:
+    """`concept_acts` at several layers from one forward pass per batch: {layer: [n, d]}. A study over every layer
+    would otherwise run the model once per layer for the same texts."""
     import torch
 
     texts = list(texts)
@@ -37,20 +45,23 @@ def concept_acts(model, texts: Sequence, *, layer: int, position: str = "last", 
         raise InputError("concept_acts needs at least one text")
     if position not in ("last", "mean"):
         raise ConfigError(f"position must be 'last' or 'mean', got {position!r}")
-    name = _read_site(layer, site)
-    model.site(name)                                      # SiteError with the valid names if the layer is bad
-    out = []
+    names = {int(L): _read_site(L, site) for L in layers}
+    for name in names.values():
+        model.site(name)                                  # SiteError with the valid names if the layer is bad
+    out = {L: [] for L in names}
     with torch.no_grad():
         for i in range(0, len(texts), batch_size):
-            res = model.run(texts[i: i + batch_size], capture=[name], logits=False, chat=False)
-            if position == "last":
-                a = res.cache.last(name)
-            else:
-                x = res.cache[name]
-                m = res.batch.attention_mask.to(x.device, x.dtype)[..., None]
-                a = (x * m).sum(1) / m.sum(1)
-            out.append(a.detach().float().cpu().numpy().astype(np.float64))
-    return np.concatenate(out, 0)
+            res = model.run(texts[i: i + batch_size], capture=list(dict.fromkeys(names.values())), logits=False,
+                            chat=False)
+            for L, name in names.items():
+                if position == "last":
+                    a = res.cache.last(name)
+                else:
+                    x = res.cache[name]
+                    m = res.batch.attention_mask.to(x.device, x.dtype)[..., None]
+                    a = (x * m).sum(1) / m.sum(1)
+                out[L].append(a.detach().float().cpu().numpy().astype(np.float64))
+    return {L: np.concatenate(v, 0) for L, v in out.items()}
 
 
 def _pairs_to_lists(pairs) -> tuple[list, list]:
@@ -83,3 +94,12 @@ def concept_diffs(model, pairs, *, layer: int, position: str = "last", site: str
     a_yes = concept_acts(model, yes, layer=layer, position=position, site=site, batch_size=batch_size)
     d = a_yes - a_no
     return (d, a_no, a_yes) if return_acts else d
+
+
+def concept_diffs_by_layer(model, pairs, *, layers: Sequence[int], position: str = "last", site: str = "resid_post",
+                           batch_size: int = 32) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """`concept_diffs(..., return_acts=True)` at several layers from one pass per batch: {layer: (d, no, yes)}."""
+    no, yes = _pairs_to_lists(pairs)
+    kw = dict(layers=layers, position=position, site=site, batch_size=batch_size)
+    a_no, a_yes = concept_acts_by_layer(model, no, **kw), concept_acts_by_layer(model, yes, **kw)
+    return {L: (a_yes[L] - a_no[L], a_no[L], a_yes[L]) for L in a_no}

@@ -26,7 +26,7 @@ from interplab.probes.crh.baselines import (BaselineCurves, baseline_scan, diffm
                                             probe_direction)
 from interplab.probes.crh.cylinder import (Cylinder, angle_between, fit_cylinder, max_principal_angle,
                                            procrustes_2d, wrap_angle)
-from interplab.probes.crh.diffs import concept_diffs
+from interplab.probes.crh.diffs import concept_diffs_by_layer
 from interplab.probes.crh.helix import HelixFit, fit_helix, planted_helix, planted_line
 from interplab.probes.crh.implications import (PairwiseTest, TrigLawScan, pairwise_test, steerability_slope,
                                                trig_law_scan)
@@ -285,10 +285,12 @@ def _cylinders(model, concepts: Sequence[ConceptData], layers: list[int], steer_
     """Cylinder statistics per (concept, layer); the steering layer's cylinder, test diffs and train activations."""
     stats, at_steer = [], {}
     for c in concepts:
+        train = concept_diffs_by_layer(model, c.train_pairs, layers=sorted(layers))
+        test = concept_diffs_by_layer(model, c.test_pairs, layers=sorted(layers))
         for L in sorted(layers):
-            d, a_no, a_yes = concept_diffs(model, c.train_pairs, layer=L, return_acts=True)
+            d, a_no, a_yes = train[L]
             cyl = fit_cylinder(d, seed=seed, meta={"concept": c.name, "layer": L, "site": f"resid_post.{L}"})
-            dt = concept_diffs(model, c.test_pairs, layer=L)
+            dt = test[L][0]
             cos_t = dt @ cyl.axis / np.linalg.norm(dt, axis=1)
             stats.append({"concept": c.name, "layer": L, **cyl.summary(), "test_mean_cos_theta": float(cos_t.mean())})
             if L == steer_layer:

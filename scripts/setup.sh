@@ -43,5 +43,6 @@ export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" HF_DATASETS_OFFLINE="${HF_DATASETS_
 case "$what" in
   install) echo "[setup] done: source $VENV/bin/activate";;
   app) exec interplab app "$@";;
-  test) exec python -m pytest -q "$@";;
+  # two pytest-xdist workers (one torch thread each, tests/conftest.py); INTERPLAB_TEST_WORKERS=0 runs in one process
+  test) exec python -m pytest -q -n "${INTERPLAB_TEST_WORKERS:-2}" --dist loadgroup "$@";;
 esac

@@ -7,6 +7,11 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["WANDB_MODE"] = "disabled"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two workers on two cores: one intra-op thread each, in the worker and in every subprocess it starts (servers,
+    # CLI, snippets); two workers at two threads each oversubscribe the cores (5-10x slower matrix code)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
 # The user's own state never reaches a test: runs, uploads and the user zoo of the person running the suite
 # (~/.interplab or their $INTERPLAB_HOME) would be offered by the pages' saved-run sections and change what a test
@@ -27,8 +32,9 @@ def _verdict_stability_knobs() -> None:
     changes. INTERPLAB_TEST_THREADS pins torch's intra-op threads. INTERPLAB_TEST_WEIGHT_NOISE=r adds
     r·rms(W)·N(0, 1) (seeded, so a rerun is identical) to every tensor of every HF checkpoint loaded (the hand-built
     organisms, the shipped zoo, random checkpoints) and to the planted dictionary of SAELens's synthetic features:
-    relative to the tensor's scale, so a weight planted at exactly 0 moves too."""
-    threads, noise = os.environ.get("INTERPLAB_TEST_THREADS"), float(os.environ.get("INTERPLAB_TEST_WEIGHT_NOISE", 0))
+    relative to the tensor's scale (the model's, for an all-zero tensor), so a weight planted at exactly 0 moves too."""
+    threads = os.environ.get("INTERPLAB_TEST_THREADS") or ("1" if os.environ.get("PYTEST_XDIST_WORKER") else None)
+    noise = float(os.environ.get("INTERPLAB_TEST_WEIGHT_NOISE", 0))
     if threads:
         import torch
 
@@ -40,11 +46,16 @@ def _verdict_stability_knobs() -> None:
 
     def perturb(module) -> None:
         g = torch.Generator().manual_seed(0)
+        ts = [p for p in [*module.parameters(), *module.buffers()]
+              if p.is_floating_point() and p.device.type != "meta" and p.numel()]
+        if not ts:
+            return
         with torch.no_grad():
-            for p in list(module.parameters()) + list(module.buffers()):
-                if p.is_floating_point() and p.device.type != "meta" and p.numel():
-                    rms = p.float().pow(2).mean().sqrt()
-                    p.add_((noise * rms * torch.randn(p.shape, generator=g)).to(p.dtype))
+            overall = torch.cat([t.detach().float().reshape(-1) for t in ts]).pow(2).mean().sqrt()
+            for p in ts:
+                rms = p.float().pow(2).mean().sqrt()
+                scale = rms if rms > 0 else overall  # an all-zero (planted-off) tensor moves at the model's scale
+                p.add_((noise * scale * torch.randn(p.shape, generator=g)).to(p.dtype))
 
     original = PreTrainedModel.from_pretrained.__func__
 
@@ -113,3 +124,54 @@ def llama_ckpt(checkpoint_factory):
 @pytest.fixture(scope="session")
 def llama(model_factory):
     return model_factory("llama", n_layers=3)
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory):
+    """One `interplab app` server (default model, a home of its own) for every browser test that needs no other
+    settings: the screenshots and the heatmap click share it (each server start costs ~10 s and a model load)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.app.test_app_e2e import _free_port, _stop, _wait_healthy
+
+    home = tmp_path_factory.mktemp("app_server_home")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
+           "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "INTERPLAB_HOME": str(home)}
+    env.pop("INTERPLAB_DEFAULT_MODEL", None)
+    # the server must import this checkout's interplab, whatever the working directory
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "interplab.cli", "app", "--port", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(home))
+    try:
+        _wait_healthy(url, proc, timeout=120)
+        yield url
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Scheduling under pytest-xdist (`setup.sh test` runs two workers, `--dist loadgroup`): the tests that start a
+    server and a browser (marker e2e) share one group, so one worker runs them one after another and they never
+    compete with each other for the two cores; a module whose tests share a module- or class-scoped fixture is one
+    group, so that fixture is built once; every other test is scheduled on its own. The browser group goes first: it
+    is the longest unit, and starting it last would leave one worker idle at the end."""
+    def group(item) -> str | None:
+        if item.get_closest_marker("e2e"):
+            return "browser"
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(d.scope in ("module", "class") for fds in defs.values() for d in fds):
+            return item.module.__name__
+        return None
+
+    for item in items:
+        g = group(item)
+        if g and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(g))
+    items.sort(key=lambda it: 0 if it.get_closest_marker("e2e") else 1)  # stable: collection order otherwise

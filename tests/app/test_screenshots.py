@@ -6,14 +6,12 @@ screenshots go to a temporary folder ($INTERPLAB_SCREENSHOT_DIR keeps them) so a
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.app.test_app_e2e import CHROMIUM, LAUNCH_ARGS, _free_port, _stop, _wait_healthy
+from tests.app.test_app_e2e import CHROMIUM, LAUNCH_ARGS
 
 pytestmark = [
     pytest.mark.e2e,
@@ -95,43 +93,44 @@ LAYOUT_JS = """
 """
 
 
-def _idle(page, timeout: float) -> None:
-    """Wait until the script run is over (Streamlit's script state 'notRunning', no spinner) for 2 s in a row."""
+def _script_state(page) -> str | None:
+    # stApp carries Streamlit's script state; a run that has not started yet reads 'initial'
+    return page.locator('[data-testid="stApp"]').first.get_attribute("data-test-script-state")
+
+
+def _idle(page, timeout: float, quiet: float = 0.75) -> None:
+    """Wait until the script run is over (script state 'notRunning', no spinner) for `quiet` s in a row."""
     deadline, quiet_since = time.time() + timeout, None
     while time.time() < deadline:
-        # stApp carries the script state; a run that has not started yet reads 'initial'
-        state = page.locator('[data-testid="stApp"]').first.get_attribute("data-test-script-state")
-        busy = state != "notRunning" or page.locator('.stSpinner, [data-testid="stSkeleton"]').count() > 0
+        busy = _script_state(page) != "notRunning" or page.locator('.stSpinner, [data-testid="stSkeleton"]').count() > 0
         if busy:
             quiet_since = None
         elif quiet_since is None:
             quiet_since = time.time()
-        elif time.time() - quiet_since > 2.0:
+        elif time.time() - quiet_since > quiet:
             return
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise AssertionError(f"the page was still running after {timeout} s")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    home = tmp_path_factory.mktemp("shots_home")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "INTERPLAB_HOME": str(home)}
-    env.pop("INTERPLAB_DEFAULT_MODEL", None)
-    # the server must import this checkout's interplab, whatever the working directory
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "interplab.cli", "app", "--port", str(port)], stdout=log,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(home))
-    try:
-        _wait_healthy(url, proc, timeout=120)
-        yield url
-    finally:
-        _stop(proc)
-        log.close()
+def _click_and_wait(page, name: str, timeout: float) -> None:
+    """Press the button labelled `name`, see the rerun start (a fast one may finish between two polls: then 3 s
+    pass without it), and wait for it to end."""
+    page.get_by_role("button", name=name).click(timeout=60_000)
+    start = time.time()
+    while time.time() - start < 3.0 and _script_state(page) == "notRunning":
+        time.sleep(0.05)
+    _idle(page, timeout)
+
+
+PLOTS_DRAWN_JS = """() => [...document.querySelectorAll('.js-plotly-plot')]
+    .every(p => p._fullLayout && p.querySelector('svg.main-svg'))"""
+
+
+def _drawn(page) -> None:
+    """Plotly draws after the script run: wait until every figure has its SVG, then one frame for the layout."""
+    page.wait_for_function(PLOTS_DRAWN_JS, timeout=30_000)
+    page.wait_for_timeout(300)
 
 
 def test_every_page_is_screenshot():
@@ -140,7 +139,8 @@ def test_every_page_is_screenshot():
     assert sorted(p for p, _ in PAGES if p) == sorted(f.stem.split("_", 1)[1] for f in pages.glob("*.py"))
 
 
-def test_screenshots_of_every_page(server, tmp_path):
+def test_screenshots_of_every_page(app_server, tmp_path):
+    server = app_server
     pw = pytest.importorskip("playwright.sync_api")
     shots = Path(os.environ.get("INTERPLAB_SCREENSHOT_DIR") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
@@ -152,13 +152,12 @@ def test_screenshots_of_every_page(server, tmp_path):
             for path, action in PAGES:
                 page.goto(f"{server}/{path}", wait_until="domcontentloaded", timeout=120_000)
                 page.locator('[data-testid="stMain"]').wait_for(timeout=120_000)
-                time.sleep(1.0)
+                page.wait_for_function("() => document.querySelector('[data-testid=\"stApp\"]')"
+                                       "?.getAttribute('data-test-script-state') !== 'initial'", timeout=120_000)
                 _idle(page, 600)
                 if action:
-                    page.get_by_role("button", name=action).click(timeout=60_000)
-                    time.sleep(1.0)
-                    _idle(page, 600)
-                page.wait_for_timeout(1500)  # plotly draws after the script run
+                    _click_and_wait(page, action, 600)
+                _drawn(page)
                 page.screenshot(path=str(shots / f"{path or 'Home'}.png"), full_page=True)
                 found = page.evaluate(LAYOUT_JS)
                 if found:

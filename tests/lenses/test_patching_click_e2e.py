@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.app.test_app_e2e import CHROMIUM, LAUNCH_ARGS
-from tests.app.test_screenshots import _idle, server  # noqa: F401 - the fixture: one app server for this module
+from tests.app.test_screenshots import _click_and_wait, _drawn, _idle
 
 pytestmark = [
     pytest.mark.e2e,
@@ -35,7 +35,8 @@ def _box_text(page, label: str) -> str:
     return page.locator(f'[data-testid="stSelectbox"] input[aria-label="{label}"]').first.input_value()
 
 
-def test_clicking_a_heatmap_cell_picks_it(server):  # noqa: F811 - pytest fixture
+def test_clicking_a_heatmap_cell_picks_it(app_server):
+    server = app_server
     pw = pytest.importorskip("playwright.sync_api")
     with pw.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
@@ -43,12 +44,9 @@ def test_clicking_a_heatmap_cell_picks_it(server):  # noqa: F811 - pytest fixtur
             page = browser.new_page(viewport={"width": 1280, "height": 2400})
             page.goto(f"{server}/Patching", wait_until="domcontentloaded", timeout=120_000)
             page.locator('[data-testid="stMain"]').wait_for(timeout=120_000)
-            time.sleep(1.0)
             _idle(page, 300)
-            page.get_by_role("button", name="Run patching").click(timeout=60_000)
-            time.sleep(1.0)
-            _idle(page, 300)
-            page.wait_for_timeout(1500)
+            _click_and_wait(page, "Run patching", 300)
+            _drawn(page)
             target = page.evaluate(MARKER_JS, [2, 3])
             layer, position = int(target["data"][0]), int(target["data"][1])
             assert (layer, position) != (0, 0)  # not the boxes' defaults, so a change is visible

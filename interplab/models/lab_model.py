@@ -287,7 +287,11 @@ class LabModel:
         plen = batch.lengths
         active = torch.ones(b, dtype=torch.bool, device=ids.device)
         ctx = StepContext("prefill", -1, pos, plen, mask.bool())
-        res = self._forward(ForwardRequest(ids, mask, pos, ctx, sites, edit_map, use_cache=use_cache))
+        # The prefill needs the last position's logits only; the unembedding of every prompt position is most of a
+        # small model's prefill (vocab 49k-262k against d_model 576-640). A capture or edit of `logits` keeps them all.
+        last_only = not any(s.kind == "logits" for s in [*sites, *edit_map])
+        res = self._forward(ForwardRequest(ids, mask, pos, ctx, sites, edit_map, use_cache=use_cache,
+                                           last_logits_only=last_only))
         prefill_cache = Cache(self._out(res.captures), batch)
         kv = res.kv
         last_logits = res.logits[:, -1]

@@ -137,9 +137,9 @@ def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", ca
 SMOKE_EXPERIMENTS = {
     "next-token": ["model={m}", "prompt=the cat and the dog see the", "dtype={dtype}", "device={device}"],
     "truth-scores": ["model={m}", "n_samples=16", "folds=2", "epochs=5", "ablation=false"],
-    "decodeshare": ["model={m}", "dtype={dtype}", "tasks=copy,inc", "alphas=0.0,1.0", "steer_scales=1.0",
-                    "n_calib=4", "n_eval=4", "calib_max_new_tokens=4",
-                    "eval_max_new_tokens=4", "null_perm_B=10", "null_rot_B=2", "n_boot=50", "batch_size=4"],
+    "decodeshare": ["model={m}", "dtype={dtype}", "tasks=copy,inc", "alphas=1.0", "steer_scales=1.0",
+                    "n_calib=4", "n_eval=2", "calib_max_new_tokens=4",
+                    "eval_max_new_tokens=3", "null_perm_B=10", "null_rot_B=2", "n_boot=50", "batch_size=4"],
     "crh-toy": ["model={m}", "concepts=animal,color,food", "n_train=8", "n_test=4", "n_strengths=2", "n_p=3",
                 "n_bins=4", "n_perm=10", "max_new_tokens=4", "max_rows=32"],
     "hyperfit-geometry": ["base={m}", "targets={m}", "n_prompts=4", "context_tokens=8", "new_tokens=8", "n_texts=8",

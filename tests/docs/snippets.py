@@ -3,7 +3,9 @@
 A block is skipped only when the nearest non-blank line above its fence is `<!-- needs: gpu REASON -->` or
 `<!-- needs: hub REASON -->`; the reason is required (a skip must say why). Run as a script
 (`python tests/docs/snippets.py FILE.md`) it executes the file's blocks and exits non-zero at the first failure,
-naming the block's line, so each Markdown file runs in a fresh interpreter."""
+naming the block's line. `python tests/docs/snippets.py --serve` keeps one interpreter for many files (the test
+suite's runner: each file still gets a fresh namespace, its own working directory and INTERPLAB_HOME, but the
+imports of torch, transformers and interplab are paid once per pytest worker instead of once per file)."""
 from __future__ import annotations
 
 import re
@@ -73,7 +75,37 @@ def run_file(path: Path) -> int:
     return 0
 
 
+def serve() -> None:
+    """Read one JSON request per line from stdin ({"path", "cwd", "env"}), run that file's blocks in `cwd` with
+    `env` applied, and answer one JSON line {"rc", "out"} (the file's stdout and stderr) on the real stdout."""
+    import contextlib
+    import io
+    import json
+    import os
+
+    # answers go to a private copy of stdout; fd 1 itself becomes stderr, so a subprocess or C code that a snippet
+    # starts can never write into the answer channel
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        req = json.loads(line)
+        os.environ.update(req["env"])
+        os.chdir(req["cwd"])
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            try:
+                rc = run_file(Path(req["path"]).resolve())
+            except BaseException:          # a snippet that exits or breaks the runner still gets an answer
+                traceback.print_exc()
+                rc = 1
+        answer.write(json.dumps({"rc": rc, "out": buf.getvalue()}) + "\n")
+        answer.flush()
+
+
 if __name__ == "__main__":
     import torch  # noqa: F401  (doc snippets assume an importable torch)
 
-    sys.exit(run_file(Path(sys.argv[1]).resolve()))
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        sys.exit(run_file(Path(sys.argv[1]).resolve()))

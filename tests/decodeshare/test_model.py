@@ -10,6 +10,7 @@ from interplab.interventions.projection import SubspaceProjection, teacher_force
 from interplab.probes.decodeshare import (
     collect_decode_states, collect_prefill_states, generate_exact_match, haar_basis, score_forced_choice,
 )
+from interplab.testing import assert_same_across_shapes
 
 # Prompts of different lengths: every batched check below runs on a left-padded batch.
 PROMPTS = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11 w12", "w3"]
@@ -91,13 +92,15 @@ def test_cached_decode_only_equals_uncached_full_recompute(model, basis, boundar
     for i, p in enumerate(PROMPTS):
         toks, logits = _manual_uncached(model, p, 1 if boundary else 0, K, basis, 1.0)
         assert gen.new_tokens[i] == toks
-        assert torch.allclose(gen.step_logits[i], logits, atol=1e-9, rtol=0)
+        assert_same_across_shapes(gen.step_logits[i], logits)
     # also with no hook, and through the hook layer's own uncached loop
     a = model.generate(PROMPTS, max_new_tokens=K, stop_at_eos=False)
     b = model.generate(PROMPTS, max_new_tokens=K, stop_at_eos=False, use_cache=False)
-    assert torch.equal(a.tokens, b.tokens) and torch.allclose(a.step_logits, b.step_logits, atol=1e-9, rtol=0)
+    assert torch.equal(a.tokens, b.tokens)
+    assert_same_across_shapes(a.step_logits, b.step_logits)
     c = model.generate(PROMPTS, max_new_tokens=K, stop_at_eos=False, use_cache=False, edits=[edit])
-    assert torch.equal(gen.tokens, c.tokens) and torch.allclose(gen.step_logits, c.step_logits, atol=1e-9, rtol=0)
+    assert torch.equal(gen.tokens, c.tokens)
+    assert_same_across_shapes(gen.step_logits, c.step_logits)
 
 
 def test_alpha_zero_and_empty_basis_are_bitwise_noops_and_basis_invariance(model, basis):
@@ -156,17 +159,18 @@ def test_left_padded_batch_states_equal_single_example_states(model_factory, bas
     batched = collect_decode_states(m, {"t": PADDED}, batch_size=4, **kw)["t"]
     single = collect_decode_states(m, {"t": PADDED}, batch_size=1, **kw)["t"]
     assert batched.shape == single.shape
-    assert np.allclose(batched, single, atol=1e-10, rtol=0)
+    assert_same_across_shapes(batched, single)
     pb = collect_prefill_states(m, {"t": PADDED}, layer=1, batch_size=4)["t"]
     ps = collect_prefill_states(m, {"t": PADDED}, layer=1, batch_size=1)["t"]
-    assert pb.shape == (4, 64) and np.allclose(pb, ps, atol=1e-10, rtol=0)
+    assert pb.shape == (4, 64)
+    assert_same_across_shapes(pb, ps)
     # with the decode-only edit, batched generation matches one-at-a-time generation
     e = SubspaceProjection(0, basis)
     gb = m.generate(PADDED, max_new_tokens=4, edits=[e], stop_at_eos=False)
     for i, p in enumerate(PADDED):
         gs = m.generate([p], max_new_tokens=4, edits=[e], stop_at_eos=False)
         assert gb.new_tokens[i] == gs.new_tokens[0]
-        assert torch.allclose(gb.step_logits[i], gs.step_logits[0], atol=1e-9, rtol=0)
+        assert_same_across_shapes(gb.step_logits[i], gs.step_logits[0])
 
 
 def test_state_cap_subsamples_reproducibly(model):

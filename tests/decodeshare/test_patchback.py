@@ -10,6 +10,7 @@ from interplab.interventions.patchback import SubspacePatchback, parse_window, w
 from interplab.interventions.projection import SubspaceProjection
 from interplab.probes.decodeshare import PatchbackResult, haar_basis, patchback_rescue
 from interplab.probes.decodeshare.patchback import pick_transfer_donors
+from interplab.testing import assert_same_across_shapes
 
 PROMPTS = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11 w12", "w3"]  # left-padded batch
 LAYER = 1
@@ -103,7 +104,7 @@ def test_cached_equals_uncached(model, basis, baseline):
                                                                           valid[[3, 2, 1, 0]], window=w)]
         a, b = _run(model, mk()), _run(model, mk(), use_cache=False)
         assert torch.equal(a.tokens, b.tokens)
-        torch.testing.assert_close(a.step_logits, b.step_logits, atol=1e-9, rtol=0)
+        assert_same_across_shapes(a.step_logits, b.step_logits)
 
 
 def test_shared_donor_and_invalid_steps(model, basis, baseline):

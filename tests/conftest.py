@@ -28,6 +28,11 @@ USER_INTERPLAB_HOME = os.environ.get("INTERPLAB_HOME")   # what the user had, fo
 _root = os.environ.get("INTERPLAB_TEST_ROOT")
 OWNS_TEST_ROOT = not (_root and os.path.isdir(_root))
 if OWNS_TEST_ROOT:
+    # real models' de-quantized checkpoints (minutes to build) stay where the user keeps them, between runs
+    from pathlib import Path as _Path
+
+    os.environ.setdefault("INTERPLAB_REAL_CACHE", str(
+        _Path(os.environ.get("INTERPLAB_CACHE") or _Path.home() / ".cache" / "interplab").expanduser() / "real"))
     _root = tempfile.mkdtemp(prefix="interplab-test-home-")
     os.environ["INTERPLAB_TEST_ROOT"] = _root
     os.environ["INTERPLAB_CACHE"] = os.path.join(_root, "cache")

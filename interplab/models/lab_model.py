@@ -388,10 +388,16 @@ class LabModel:
 
 def trained_prompt_format(path: str | None) -> str | None:
     """How an interplab organism was trained, from its card (card.json, recipe.data.format): "chat", "raw", or
-    "text" when the card records no format; None for a checkpoint without a card (any non-interplab model)."""
+    "text" when the card records no format; a registry real model's "chat"/"text" from its cache manifest; None for
+    any other checkpoint."""
     import json
     from pathlib import Path
 
+    if path and (Path(path) / "interplab-gguf.json").is_file():   # a real model from the registry (models/real.py)
+        try:
+            return json.loads((Path(path) / "interplab-gguf.json").read_text()).get("prompts")
+        except (OSError, ValueError, AttributeError):
+            return None
     if not path or not (Path(path) / "card.json").is_file():
         return None
     try:

@@ -18,14 +18,25 @@ class ModulePaths:
     final_norm: str
     lm_head: str = "lm_head"
     style: str = "llama"  # "llama": q/k/v/o_proj + gate/up/down_proj; "gpt2": fused Conv1D c_attn/c_proj, c_fc
+    # Where the block's attention / MLP contribution to the residual stream is read (relative to the block), when it
+    # is not the attention's first output / the MLP's output: Gemma-2/3 norm both before they are added
+    # ("sandwich" norms), so attn_out/mlp_out are the post-norms' outputs and resid_pre + attn_out + mlp_out =
+    # resid_post holds on every architecture (as on the bridge, whose hook_attn_out/hook_mlp_out sit there too).
+    attn_out: str | None = None
+    mlp_out: str | None = None
 
 
 LLAMA_LIKE = ModulePaths(layers="model.layers", attn="self_attn", o_proj="self_attn.o_proj", mlp="mlp",
                          final_norm="model.norm")
+GEMMA_SANDWICH = ModulePaths(layers="model.layers", attn="self_attn", o_proj="self_attn.o_proj", mlp="mlp",
+                             final_norm="model.norm", attn_out="post_attention_layernorm",
+                             mlp_out="post_feedforward_layernorm")
 GPT2 = ModulePaths(layers="transformer.h", attn="attn", o_proj="attn.c_proj", mlp="mlp", final_norm="transformer.ln_f",
                    style="gpt2")
 PATHS_BY_MODEL_TYPE = {"gpt2": GPT2, "llama": LLAMA_LIKE, "qwen2": LLAMA_LIKE, "mistral": LLAMA_LIKE,
-                       "qwen3": LLAMA_LIKE, "gemma": LLAMA_LIKE, "gemma2": LLAMA_LIKE, "olmo": LLAMA_LIKE,
+                       "qwen3": LLAMA_LIKE, "gemma": LLAMA_LIKE, "gemma2": GEMMA_SANDWICH,
+                       "gemma3_text": GEMMA_SANDWICH,
+                       "olmo": LLAMA_LIKE,
                        "phi3": LLAMA_LIKE}
 
 

@@ -125,8 +125,15 @@ def sha256_of(paths: list[Path], chunk: int = 1 << 22) -> str:
 
 
 # ------------------------------------------------------------------------------------------------- the cache
+def real_cache_root() -> Path:
+    """$INTERPLAB_REAL_CACHE, else cache_root()/real. Separate so the test suite, whose other caches live and die with
+    the run, keeps these (minutes to build, sha256-checked, never the user's state) between runs."""
+    env = os.environ.get("INTERPLAB_REAL_CACHE")
+    return Path(env).expanduser() if env else cache_root() / "real"
+
+
 def cache_dir_for(name: str, sha256: str) -> Path:
-    return cache_root() / "real" / f"{name}-{sha256[:8]}"
+    return real_cache_root() / f"{name}-{sha256[:8]}"
 
 
 def read_manifest(entry: Path) -> dict | None:
@@ -172,7 +179,7 @@ def checkpoint_for_gguf(path: str | os.PathLike, *, rebuild: bool = False, verbo
     if not path.is_file():
         raise ModelNotFoundError(f"no GGUF file at {path}")
     sha = sha256_of([path])
-    entry = cache_root() / "gguf" / f"{path.stem}-{sha[:12]}"
+    entry = real_cache_root() / "gguf" / f"{path.stem}-{sha[:12]}"
     if not rebuild and read_manifest(entry) is not None:
         return entry
     return _build(entry, [path], path.name, expected_sha256=sha, label=str(path), rebuild=rebuild, extra={},
@@ -193,6 +200,7 @@ def _build(entry: Path, parts: list[Path], gguf_name: str, *, expected_sha256: s
                 f"(`interplab models install {label.removeprefix(PREFIX)} --force`).")
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+        tmp.chmod(0o755)
         try:
             _dequantize(parts, gguf_name, tmp, verbose=verbose)
             _write_manifest(tmp, parts, expected_sha256, extra)
@@ -246,12 +254,13 @@ def _dequantize(parts: list[Path], gguf_name: str, out: Path, *, verbose: bool |
 
 
 def _write_manifest(out: Path, parts: list[Path], sha256: str, extra: dict) -> None:
-    import gguf
+    from importlib.metadata import version
+
     import transformers
 
     files = {str(p.relative_to(out)): p.stat().st_size for p in sorted(out.rglob("*")) if p.is_file()}
     man = {"format": _FORMAT, "source": [str(p) for p in parts], "sha256": sha256,
-           "transformers": transformers.__version__, "gguf": getattr(gguf, "__version__", "?"), "files": files,
+           "transformers": transformers.__version__, "gguf": version("gguf"), "files": files,
            **extra}
     (out / MANIFEST).write_text(json.dumps(man, indent=2))
 

@@ -82,10 +82,12 @@ class NNsightBackend:
             return self._block(site.layer), "output", 0, None  # index 0 only when the block returns a tuple
         if kind == "attn_z":
             return _get(self._block(site.layer), p.o_proj), "input", None, (self.n_heads, self.d_head)
+        if kind == "attn_out" and p.attn_out:
+            return _get(self._block(site.layer), p.attn_out), "output", None, None
         if kind in ("attn_out", "attn_pattern"):
             return _get(self._block(site.layer), p.attn), "output", 0 if kind == "attn_out" else 1, None
         if kind == "mlp_out":
-            return _get(self._block(site.layer), p.mlp), "output", None, None
+            return _get(self._block(site.layer), p.mlp_out or p.mlp), "output", None, None
         if kind in ("final_norm", "logits"):
             return _get(self.nn, p.final_norm if kind == "final_norm" else p.lm_head), "output", None, None
         raise SiteError(f"unsupported site {site}")  # pragma: no cover - parse_site guarantees the kind

@@ -26,7 +26,7 @@ FALLBACK_ZOO_NAMES = ("toy-chat", "toy-base", "toy-base-s2", "text-base")
 
 __all__ = [
     "DEFAULT_MODEL", "BACKENDS", "DTYPES", "default_model", "get_model", "try_get_model", "normalize_name",
-    "zoo_names", "zoo_organisms", "devices", "model_help",
+    "zoo_names", "zoo_organisms", "real_models", "devices", "model_help",
 ]
 
 
@@ -164,6 +164,13 @@ def zoo_organisms() -> list[tuple[str, bool]]:
     except Exception:  # noqa: BLE001 - the picker must work without a zoo
         pass
     return [(n, False) for n in FALLBACK_ZOO_NAMES]
+
+
+def real_models() -> dict[str, str | None]:
+    """The registry's real pretrained models: {"real:NAME": None if installed, else the command that installs it}."""
+    from interplab.models.real import REAL_MODELS, is_installed
+
+    return {m.id: None if is_installed(m) else f"interplab models install {m.name}" for m in REAL_MODELS.values()}
 
 
 def zoo_names() -> list[str]:

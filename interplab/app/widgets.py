@@ -93,11 +93,12 @@ def model_picker(key: str = "model", *, sidebar: bool = True, page: str | None =
     remembered = st.session_state.get("interplab_model") or {}
     default = remembered.get("name") or state.default_model()
     organisms = dict(state.zoo_organisms())
-    zoo = list(organisms)
-    default_zoo = default[4:] if default.startswith("zoo:") else None
+    reals = state.real_models()                       # {"real:NAME": install hint or None when installed}
+    zoo = list(organisms) + list(reals)
+    default_zoo = default[4:] if default.startswith("zoo:") else default if default in reals else None
     if default_zoo and default_zoo not in zoo:
         zoo = [default_zoo] + zoo
-    default_path = "" if default.startswith("zoo:") else default
+    default_path = "" if default.startswith("zoo:") or default in reals else default
     zkey = f"{key}_zoo"
     fresh = page is not None and st.session_state.get("interplab_page") != page
     if page is not None:
@@ -117,10 +118,13 @@ def model_picker(key: str = "model", *, sidebar: bool = True, page: str | None =
         if switched:
             st.caption(f"Opened on `{suggested}`: this page's method needs another kind of organism than "
                        f"`{switched}`.")
-        organism = st.selectbox("Zoo organism", zoo, key=zkey,
-                                format_func=lambda n: n if organisms.get(n, True) else f"{n} (not built)",
-                                help="interplab's own small model organisms (`interplab zoo list`); build a missing "
-                                     "one with `interplab zoo train NAME`")
+        organism = st.selectbox(
+            "Organism or real model", zoo, key=zkey,
+            format_func=lambda n: (f"{n} (not installed: {reals[n]})" if reals.get(n) else n) if n in reals
+            else n if organisms.get(n, True) else f"{n} (not built)",
+            help="interplab's own small model organisms (`interplab zoo list`; build a missing one with `interplab "
+                 "zoo train NAME`) and the real pretrained models that install offline (real:NAME, "
+                 "`interplab models list`; the first load de-quantizes the GGUF, about a minute)")
         path = st.text_input("Local checkpoint (overrides the organism)", value=default_path, key=f"{key}_path",
                              placeholder="/path/to/hf-checkpoint-dir",
                              help="A Hugging Face checkpoint directory: config.json, model.safetensors, tokenizer "
@@ -134,7 +138,7 @@ def model_picker(key: str = "model", *, sidebar: bool = True, page: str | None =
                          if remembered.get("device", "cpu") in devs else 0, key=f"{key}_device")
             st.selectbox("dtype", list(state.DTYPES), index=list(state.DTYPES).index(remembered.get("dtype", "float32")),
                          key=f"{key}_dtype")
-    name = path.strip() if path and path.strip() else f"zoo:{organism}"
+    name = path.strip() if path and path.strip() else organism if organism in reals else f"zoo:{organism}"
     device, dtype = picked_device_dtype(key)
     st.session_state["interplab_model"] = {"name": name, "backend": backend, "device": device, "dtype": dtype}
     return name, backend

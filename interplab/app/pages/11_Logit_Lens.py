@@ -19,7 +19,8 @@ st.caption("What would the model predict if it stopped after layer L? Each layer
 model, model_key, is_new = page_model("ll")
 if is_new:
     st.session_state["ll_prompt"] = default_pair(model)[0]
-    st.session_state.pop("ll_tuned", None)
+    for stale in ("ll_tuned", "dla_answer", "dla_wrong"):   # tokens of the previous model's vocabulary
+        st.session_state.pop(stale, None)
 
 c1, c2, c3, c4 = st.columns([4, 1, 1, 1])
 with c1:

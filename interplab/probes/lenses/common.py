@@ -165,15 +165,16 @@ FALLBACK_PAIR = ("The capital of France is", "The capital of Italy is")
 
 
 def default_pair(model, seed: int = 0) -> tuple[str, str]:
-    """A meaningful clean / corrupt pair for `model`: on the toy organisms a CtxMem recall prompt whose context
-    value of the queried entity is swapped (so the answer flips from the clean value to the corrupt one); on other
-    models "The capital of France / Italy is"."""
+    """A meaningful clean / corrupt pair for `model`: on the toy organisms (`speaks_toy_vocab`) a CtxMem recall
+    prompt whose context value of the queried entity is swapped (so the answer flips from the clean value to the
+    corrupt one); on real models "The capital of France / Italy is"; on a small vocabulary that knows neither, five
+    of its own words."""
     from interplab.data import toy_vocab
     from interplab.data.ctxmem import CtxMem
 
     tok = model.tokenizer
     unk = getattr(tok, "unk_token_id", None)
-    if unk is None or unk not in tok(" ".join(toy_vocab.VALUES[:2]), add_special_tokens=False)["input_ids"]:
+    if speaks_toy_vocab(tok):
         ex = next(e for e in CtxMem().sample(16, seed=seed, mode="gen") if e.meta["in_context"])
         fmt = "chat" if getattr(tok, "chat_template", None) else "raw"
         clean = ex.prompt_text(fmt)
@@ -185,7 +186,33 @@ def default_pair(model, seed: int = 0) -> tuple[str, str]:
             return clean, corrupt
     if unk is not None and unk in tok(" ".join(FALLBACK_PAIR), add_special_tokens=False)["input_ids"]:
         return _vocabulary_pair(tok, seed)
+    if getattr(model, "chat_default", False) and getattr(tok, "chat_template", None):
+        # an instruction-tuned model reads a plain string as a user turn and would answer it ("The capital of ...",
+        # the same first token for both); the pair is the assistant's half-written answer, so the next token is
+        # the capital itself (" Paris" / " Rome" on SmolLM2-135M-Instruct)
+        pair = []
+        for country in ("France", "Italy"):
+            head = tok.apply_chat_template([{"role": "user", "content": f"What is the capital of {country}?"}],
+                                           add_generation_prompt=True, tokenize=False)
+            pair.append(f"{head}The capital of {country} is")
+        if len(prompt_ids(model, pair[0])) == len(prompt_ids(model, pair[1])):
+            return pair[0], pair[1]
     return FALLBACK_PAIR
+
+
+def speaks_toy_vocab(tok) -> bool:
+    """True for a tokenizer that reads the organisms' toy vocabulary word by word (each of `ctx`, `e25`, `v3`, ...
+    one known token). A BPE tokenizer spells `v1 v2` too, in pieces, so "no unknown token" is not enough: on
+    SmolLM2 the CtxMem pair was organism text, and its top-1 was a newline (issue 25 §4)."""
+    unk = getattr(tok, "unk_token_id", None)
+    for w in _TOY_PROBE:
+        ids = tok(w, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1 or ids[0] == unk:
+            return False
+    return True
+
+
+_TOY_PROBE = ("ctx", "e25", "v3", "e7", "v17")
 
 
 def _vocabulary_pair(tok, seed: int) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from interplab.models import real
 
 NAMES = ["real:smollm2-135m-instruct", "real:gemma-3-270m"]
 TEXTS = ["The capital of France is", "Water boils at one hundred degrees"]
-REL = 1e-5   # bridge vs nnsight, fp32, same shapes: measured <= 3e-7 x scale on both models
+REL = 1e-5   # x the site's scale; bridge vs nnsight in fp32 measured bit-exact (scripts/pretrained_bands.py)
 
 
 def _need(name):
@@ -91,7 +91,7 @@ def test_bf16_stays_within_a_few_percent_of_the_logit_range():
     mask = ref.batch.attention_mask.bool()
     r = ref.logits[mask]
     err = float((half.logits.float()[mask] - r).abs().max()) / float(r.max() - r.min())
-    assert err < 0.05, err   # measured 3.1-3.3 % (issue 25 §2); bf16 keeps ~3 significant digits
+    assert err < 0.05, err   # measured 1.70 % (scripts/pretrained_bands.py), 3.1-3.3 % on other prompts (issue 25 §2)
 
 
 # ------------------------------------------------------------------------------------------------ bad inputs

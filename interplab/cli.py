@@ -264,7 +264,7 @@ def cmd_models(args) -> int:
     names = sorted(real.REAL_MODELS) if args.name == "all" else [real.real_model(args.name).name]
     for n in names:
         cmd = real.install(n, force=args.force)
-        print(f"{n}: " + ("installed (" + " ".join(cmd[4:]) + ")" if cmd else "already installed"))
+        print(f"{n}: " + ("installed (" + " ".join(cmd[2:]) + ")" if cmd else "already installed"))
         if args.build:
             print(f"{n}: checkpoint at {real.checkpoint_for(n)}")
     return 0

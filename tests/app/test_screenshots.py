@@ -150,6 +150,7 @@ def test_screenshots_of_every_page(app_server, tmp_path):
         try:
             page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
             for path, action in PAGES:
+                t_page = time.time()
                 page.goto(f"{server}/{path}", wait_until="domcontentloaded", timeout=120_000)
                 page.locator('[data-testid="stMain"]').wait_for(timeout=120_000)
                 page.wait_for_function("() => document.querySelector('[data-testid=\"stApp\"]')"
@@ -160,6 +161,7 @@ def test_screenshots_of_every_page(app_server, tmp_path):
                 _drawn(page)
                 page.screenshot(path=str(shots / f"{path or 'Home'}.png"), full_page=True)
                 found = page.evaluate(LAYOUT_JS)
+                print(f"screenshot {path or 'Home'}: {time.time() - t_page:.1f} s")  # shown with -s: where time goes
                 if found:
                     problems[path or "Home"] = found
         finally:

@@ -38,6 +38,13 @@ PAGES = [
     ("Atlas", "Build atlas"),
 ]
 
+
+def _after():
+    """Checks of an interaction, run on a page right after its screenshot (same browser, same default action)."""
+    from tests.lenses.test_patching_click_e2e import check_heatmap_click
+
+    return {"Patching": check_heatmap_click}
+
 # Layout facts, measured in the browser. Plot areas are plotly's drag rectangles (one per cartesian subplot).
 LAYOUT_JS = """
 () => {
@@ -144,7 +151,7 @@ def test_screenshots_of_every_page(app_server, tmp_path):
     pw = pytest.importorskip("playwright.sync_api")
     shots = Path(os.environ.get("INTERPLAB_SCREENSHOT_DIR") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
-    problems = {}
+    problems, after = {}, _after()
     with pw.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
         try:
@@ -164,6 +171,8 @@ def test_screenshots_of_every_page(app_server, tmp_path):
                 print(f"screenshot {path or 'Home'}: {time.time() - t_page:.1f} s")  # shown with -s: where time goes
                 if found:
                     problems[path or "Home"] = found
+                if path in after:
+                    after[path](page)
         finally:
             browser.close()
     assert len(list(shots.glob("*.png"))) == len(PAGES)

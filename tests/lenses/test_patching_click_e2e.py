@@ -4,18 +4,9 @@ marker). The clicked marker's (layer, position) must appear in the 'Layer' and '
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-import pytest
+from tests.app.test_screenshots import _idle
 
-from tests.app.test_app_e2e import CHROMIUM, LAUNCH_ARGS
-from tests.app.test_screenshots import _click_and_wait, _drawn, _idle
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"needs the system Chromium at {CHROMIUM}"),
-]
 
 # the centre of the invisible marker of cell (row r, column c) of the first patching heatmap, and its customdata
 MARKER_JS = """
@@ -35,25 +26,23 @@ def _box_text(page, label: str) -> str:
     return page.locator(f'[data-testid="stSelectbox"] input[aria-label="{label}"]').first.input_value()
 
 
-def test_clicking_a_heatmap_cell_picks_it(app_server):
-    server = app_server
-    pw = pytest.importorskip("playwright.sync_api")
-    with pw.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 2400})
-            page.goto(f"{server}/Patching", wait_until="domcontentloaded", timeout=120_000)
-            page.locator('[data-testid="stMain"]').wait_for(timeout=120_000)
-            _idle(page, 300)
-            _click_and_wait(page, "Run patching", 300)
-            _drawn(page)
-            target = page.evaluate(MARKER_JS, [2, 3])
-            layer, position = int(target["data"][0]), int(target["data"][1])
-            assert (layer, position) != (0, 0)  # not the boxes' defaults, so a change is visible
-            page.mouse.click(target["x"], target["y"])
-            time.sleep(1.0)
-            _idle(page, 120)
-            assert _box_text(page, "Layer") == str(layer)
-            assert _box_text(page, "Position").startswith(f"{position}:")
-        finally:
-            browser.close()
+def check_heatmap_click(page) -> None:
+    """On the Patching page after its default action ('Run patching', figures drawn): click cell (2, 3) of the first
+    heatmap and check that the 'Layer' and 'Position' boxes show that cell. The screenshot walk
+    (tests/app/test_screenshots.py) calls this right after it screenshots the page, so the patching run and the
+    browser are not paid twice."""
+    target = page.evaluate(MARKER_JS, [2, 3])
+    layer, position = int(target["data"][0]), int(target["data"][1])
+    assert (layer, position) != (0, 0)  # not the boxes' defaults, so a change is visible
+    page.mouse.click(target["x"], target["y"])
+    time.sleep(1.0)
+    _idle(page, 120)
+    assert _box_text(page, "Layer") == str(layer)
+    assert _box_text(page, "Position").startswith(f"{position}:")
+
+
+def test_the_screenshot_walk_clicks_the_heatmap():
+    """The click check runs inside the screenshot walk, on its Patching page: it must stay wired there."""
+    from tests.app import test_screenshots
+
+    assert test_screenshots._after().get("Patching") is check_heatmap_click

@@ -4,9 +4,10 @@ One process-wide LRU cache of loaded models, shared by every browser session (as
 bounded in entries AND bytes: at most `INTERPLAB_APP_MAX_MODELS` models (default 2) whose parameters together take
 at most `INTERPLAB_APP_MAX_MODEL_BYTES` (default 8 GiB); the least recently used model is dropped first, and a
 single model larger than the byte budget is still served (alone). Keys are everything that changes the loaded object:
-name (a local path is resolved to an absolute path), backend, device, dtype, and the checkpoint's modification stamp
-(so a retrained checkpoint at the same path is reloaded). Sessions share a cached `LabModel` safely: its forwards are
-serialized and edits are per call (docs/reliability.md), and pages never mutate it."""
+name (a local path is resolved to an absolute path), backend, device, dtype, and the directory the name resolves to
+with its modification stamp (so a retrained checkpoint or rebuilt organism is reloaded and a removed one is not
+served). Sessions share a cached `LabModel` safely: its forwards are serialized and edits are per call
+(docs/reliability.md), and pages never mutate it."""
 from __future__ import annotations
 
 import os
@@ -46,14 +47,20 @@ def normalize_name(name: str) -> str:
     return str(p.resolve()) if p.exists() else name
 
 
-def _stamp(name: str) -> float:
-    """Modification time of a local checkpoint's weights/config (0 for zoo names and hub ids)."""
+def _stamp(name: str) -> tuple[str, float]:
+    """Where `name` resolves on disk and the modification time of its weights/config: a zoo name's organism
+    directory (so a rebuilt, moved or removed organism is never served from the cache), a local checkpoint
+    directory, or ("", 0) for names that do not resolve to a directory (real models, hub ids)."""
     p = Path(name)
-    if not p.is_dir():
-        return 0.0
+    if name.startswith("zoo:"):
+        from interplab.models import zoo_dirs
+
+        p = zoo_dirs.find(name[4:]) or Path("")
+    if not p.is_dir() or str(p) in ("", "."):
+        return "", 0.0
     times = [q.stat().st_mtime for q in (p / "model.safetensors", p / "config.json",
                                         p / "model.safetensors.index.json") if q.exists()]
-    return max(times, default=0.0)
+    return str(p), max(times, default=0.0)
 
 
 class ModelCache:
@@ -109,7 +116,7 @@ MODELS = ModelCache(int(os.environ.get("INTERPLAB_APP_MAX_MODELS", 2)),
                     int(os.environ.get("INTERPLAB_APP_MAX_MODEL_BYTES", 8 * 2**30)))
 
 
-def _load(name: str, backend: str, device: str, dtype: str, stamp: float):
+def _load(name: str, backend: str, device: str, dtype: str, stamp: tuple[str, float]):
     import interplab
 
     def load():

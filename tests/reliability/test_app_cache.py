@@ -45,3 +45,26 @@ def test_concurrent_sessions_load_a_key_once():
     for t in ts:
         t.join()
     assert len(loads) == 1 and len({id(g) for g in got}) == 1
+
+
+def test_a_zoo_name_is_keyed_by_the_directory_it_resolves_to(tmp_path, monkeypatch):
+    """A cached organism is not served after it is removed (or the zoo moves): the key holds the directory the name
+    resolves to and its stamp, so the page explains a missing model instead of showing a stale one."""
+    import importlib
+
+    import pytest
+
+    from interplab.app import state
+    from interplab.core.errors import InterplabError
+    from interplab.testing import make_random_checkpoint
+
+    zoo_dirs = importlib.import_module("interplab.models.zoo_dirs")
+    monkeypatch.setattr(zoo_dirs, "SHIPPED_DIR", tmp_path / "shipped")
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(state, "MODELS", ModelCache(max_entries=2, max_bytes=10**9))
+    make_random_checkpoint("gpt2", tmp_path / "shipped" / "toy-chat", n_layers=1, d_model=16, n_heads=2, vocab=32)
+    m = state.get_model("zoo:toy-chat")
+    assert state.get_model("zoo:toy-chat") is m  # loaded once per key
+    monkeypatch.setattr(zoo_dirs, "SHIPPED_DIR", tmp_path / "elsewhere")
+    with pytest.raises(InterplabError):
+        state.get_model("zoo:toy-chat")

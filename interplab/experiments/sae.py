@@ -92,7 +92,7 @@ class SteerSweepConfig(SAEModel):
     """Special-token steering sweep with an existing SAE directory.
 
     sae_dir: SAELens directory ("" -> error). feature: -1 = the top <|im_start|> feature. alphas: multiples of the
-    mean residual norm. n_prompts, n_eval: held-out prompts / dialogues scanned for the ranking. positions: all |
+    typical residual norm at the site (`interplab.core.scale`: massive-activation positions left out). n_prompts, n_eval: held-out prompts / dialogues scanned for the ranking. positions: all |
     template | generated. max_new_tokens: reply length cap."""
 
     sae_dir: str = ""
@@ -124,7 +124,7 @@ def sae_steer_sweep(cfg: SteerSweepConfig, run) -> None:
     run.save_table("steering", res.table)
     save_figure(run, "steering", steering_sweep_figure(res.sweep))
     run.save_json("summary", {"feature": res.feature, "mean_residual_norm": res.mean_norm, "sae_dir": cfg.sae_dir,
-                              "site": site})
+                              "site": site, "steering_unit": res.scale})
 
 
 @register_experiment("sae-fast-vs-block", config=FastVsBlockConfig,
@@ -157,7 +157,7 @@ def sae_fast_vs_block(cfg: FastVsBlockConfig, run) -> None:
     run.save_table("steering", res.steering.table, overwrite=True)
     save_figure(run, "steering", steering_sweep_figure(res.steering.sweep), overwrite=True)
     run.save_json("summary", {"steering_feature": res.steering.feature, "steering_token": "<|im_start|>",
-                              "mean_residual_norm": res.steering.mean_norm,
+                              "mean_residual_norm": res.steering.mean_norm, "steering_unit": res.steering.scale,
                               "sae_for_steering": run.relative(res.steering_sae)}, overwrite=True)
 
 

@@ -114,23 +114,28 @@ def leakage_table(model: Any, dialogues: list, site: str, context_size: int = 12
 
 @dataclass
 class SpecialTokenSteering(Result):
-    """sweep: the generations; table: its rows (without the token ids) with alpha_rel (alpha / mean residual norm)
-    and, for toy data, the exact match of each reply and its task; feature: the steered feature; mean_norm: mean residual norm at the site."""
+    """sweep: the generations; table: its rows (without the token ids) with alpha_rel (alpha / the typical residual
+    norm) and, for toy data, the exact match of each reply and its task; feature: the steered feature; mean_norm: the
+    steering unit, the typical residual norm at the site (`interplab.core.scale`: mean norm over positions that are
+    not massive activations); scale: that measurement in full (median, all-position mean, massive count)."""
 
     sweep: SteeringSweepResult
     table: Any  # pandas.DataFrame
     feature: int
     mean_norm: float
+    scale: dict = field(default_factory=dict)
 
 
 def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: str, stats: FeatureStats | None = None,
                            alphas_rel=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0), n_prompts: int = 24, positions: str = "all",
                            max_new_tokens: int = 12, feature: int = -1) -> SpecialTokenSteering:
     """Paper App. F on the organism: pick the feature most active on <|im_start|> (feature=-1; paper ranking) and
-    sweep alpha (multiples of the mean residual norm at the site, along the unit-norm decoder row) on held-out
-    prompts."""
+    sweep alpha (multiples of the typical residual norm at the site, `interplab.core.scale.activation_scale`, along
+    the unit-norm decoder row) on held-out prompts. The unit leaves out massive-activation positions: on a real model
+    (SmolLM2: ~2.5e4 at the first token) the all-position mean is several times an ordinary position's norm."""
     import torch
 
+    from interplab.core.scale import activation_scale
     from interplab.sae.features import feature_statistics
     from interplab.sae.providers import fast_provider
     from interplab.sae.steering import steering_sweep
@@ -142,9 +147,9 @@ def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: st
         ids = list(map(int, stats.special_ids))
         si = ids.index(im_start) if im_start in ids else int(stats.special_counts.argmax())
         feature = int(stats.special_scores[si].argmax())
-    norms = torch.cat([c.acts.norm(dim=-1) for c in
-                       fast_provider(model, data.eval[:32], site=site, shuffle=False).iter_chunks()])
-    mean_norm = float(norms.mean())
+    scale = activation_scale(torch.cat([c.acts.reshape(-1, c.acts.shape[-1]) for c in
+                                        fast_provider(model, data.eval[:32], site=site, shuffle=False).iter_chunks()]))
+    mean_norm = scale.typical
     rel = [float(a) for a in alphas_rel]
     prompts = [d[:-1] for d in data.eval[:n_prompts]]
     sw = steering_sweep(model, sae_dir, prompts, feature=feature, alphas=tuple(a * mean_norm for a in rel),
@@ -156,14 +161,14 @@ def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: st
         df["exact_match"] = [t.split() == list(exs[i].response) for t, i in zip(df["text"], df["prompt_idx"])]
         df["task"] = [exs[i].task for i in df["prompt_idx"]]
     sw.rows = df.to_dict("records")
-    return SpecialTokenSteering(sw, df.drop(columns=["new_tokens"]), feature, mean_norm)
+    return SpecialTokenSteering(sw, df.drop(columns=["new_tokens"]), feature, mean_norm, scale.as_dict())
 
 
 @dataclass
 class ComparisonConfig(SAERecipe):
     """FAST vs BT(F) vs BT(P) at one layer (`SAERecipe` plus): architectures; methods (subset of fast, bt_f, bt_p);
     steps (same for all methods); gsnr_batches: mini-batches per GSNR estimate (B = batch_tokens); steer_alphas:
-    alphas in units of the mean residual norm at the site (the steering direction is the unit-norm decoder row);
+    alphas in units of the typical residual norm at the site (`interplab.core.scale`) (the steering direction is the unit-norm decoder row);
     steer_prompts: held-out prompts for the sweep; steer_positions: all | template | generated; max_new_tokens:
     generation length."""
 

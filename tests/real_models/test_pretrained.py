@@ -59,6 +59,19 @@ def test_every_site_kind_agrees_between_backends_relative_to_scale(pair):
                 c[f"resid_post.{L}"][mask].abs().max()), (name, L)
 
 
+def test_the_steering_unit_leaves_out_the_massive_positions(pair):
+    """Issue 25 §3: a real residual stream has sink positions; the steering unit is an ordinary position's norm."""
+    from interplab.core.scale import activation_scale
+
+    name, mb, _ = pair
+    L = mb.n_layers // 2
+    out = mb.run(TEXTS, capture=[f"resid_post.{L}"])
+    s = activation_scale(out.cache[f"resid_post.{L}"][out.batch.attention_mask.bool()])
+    assert s.n_massive >= 1, (name, s)                   # the first position of each text at least
+    assert s.mean_all > 1.5 * s.typical, (name, s)        # the old unit overstated every strength
+    assert s.typical < 3 * s.median, (name, s)
+
+
 def test_edits_agree_between_backends(pair):
     name, mb, mn = pair
     g = torch.Generator().manual_seed(0)

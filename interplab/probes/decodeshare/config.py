@@ -61,8 +61,9 @@ class DecodeShareConfig(DecodeShareSetup):
     rank_*: the stage-aligned steering ranking (part `ranking`, `ranking.steering_ranking`): rank_n_eval examples
     per task in the ranking sets and in each of rank_real_sets held-out REAL sets (other eval seeds);
     rank_n_caa / rank_n_instr / rank_n_random vectors per pool family; rank_caa_subset examples per bootstrapped CAA
-    subset; rank_alpha: the added norm is rank_alpha x the mean residual norm at the layer (last prompt token of the
-    calibration prompts); rank_stage: DECODE/REAL steer the first rank_stage generated tokens; rank_top_k: overlap k.
+    subset; rank_alpha: the added norm is rank_alpha x the typical residual norm at the layer
+    (`interplab.core.scale`, over the last prompt token of the calibration prompts); rank_stage: DECODE/REAL steer
+    the first rank_stage generated tokens; rank_top_k: overlap k.
     data: a user file (CSV/JSONL: task, prompt, answer, optional choices and split; docs/data.md) replacing the
     organisms' multitask data (`user_task_sets`); empty = the organisms' tasks.
     """

@@ -341,6 +341,7 @@ def study_patchback(model, evals: Mapping[str, TaskSet], bases: Mapping[str, Con
 
 def _ranking(ctx: _Context) -> RankingResult:
     """Stage-aligned steering ranking on the toy pools (`ranking.steering_ranking`, `pools.ranking_pool`)."""
+    from interplab.core.scale import activation_scale
     from interplab.probes.decodeshare.pools import ranking_pool
     from interplab.probes.decodeshare.ranking import steering_ranking
 
@@ -351,13 +352,14 @@ def _ranking(ctx: _Context) -> RankingResult:
     pool = ranking_pool(model, L, calib, n_caa=cfg.rank_n_caa, n_instr=cfg.rank_n_instr, n_random=cfg.rank_n_random,
                         caa_subset=cfg.rank_caa_subset, fmt=fmt, seed=cfg.seed + 51, batch_size=cfg.batch_size)
     pre = collect_prefill_states(model, {t: s.prompts for t, s in calib.items()}, layer=L, batch_size=cfg.batch_size)
-    mean_norm = float(np.mean(np.linalg.norm(np.concatenate(list(pre.values())), axis=1)))
+    unit = activation_scale(np.concatenate(list(pre.values())))  # last prompt tokens: no sink position on organisms
+    mean_norm = unit.typical
     scale = cfg.rank_alpha * mean_norm
     rank_sets = multitask_sets(model, tasks, cfg.rank_n_eval, seed=cfg.seed + 61, split="test", fmt=fmt)
     real_sets = [multitask_sets(model, tasks, cfg.rank_n_eval, seed=cfg.seed + 71 + r, split="test", fmt=fmt)
                  for r in range(cfg.rank_real_sets)]
     res = steering_ranking(model, L, pool, rank_sets, real_sets, scale=scale, stage=cfg.rank_stage,
                            max_new_tokens=cfg.eval_max_new_tokens, top_k=cfg.rank_top_k, progress=ctx.say)
-    res.info |= {"alpha": cfg.rank_alpha, "mean_resid_norm": mean_norm,
+    res.info |= {"alpha": cfg.rank_alpha, "mean_resid_norm": mean_norm, "n_massive": unit.n_massive,
                  "rank_seed": cfg.seed + 61, "real_seeds": [cfg.seed + 71 + r for r in range(cfg.rank_real_sets)]}
     return res

@@ -59,7 +59,10 @@ def fit_linear(X: torch.Tensor, Y: torch.Tensor, tr, va, te, kind, lambdas=(1e-3
     best_val = torch.full((X.shape[0],), -float("inf"), dtype=torch.float64)
     best_te = torch.zeros(X.shape[0], dtype=torch.float64)
     for lam in lambdas:
-        W = torch.linalg.solve(G + lam * n_tr * eye / 100.0, XtY)
+        # G + λI is symmetric positive definite, so a Cholesky solve is exact here; it also avoids the batched LU of
+        # the oneMKL 2024.2 in torch 2.13's CPU wheel, which with 2 threads on an AMD EPYC fails on [5, 192, 192]
+        # float64 systems ("Pivots given to lu_solve must all be greater or equal to 1", DLASWP parameter 6)
+        W = torch.cholesky_solve(XtY, torch.linalg.cholesky(G + lam * n_tr * eye / 100.0))
         pv = X[:, va] @ W + ym
         pt = X[:, te] @ W + ym
         sv, st = score(kind, pv, Y[va]), score(kind, pt, Y[te])

@@ -102,6 +102,8 @@ def _print_fields(name: str) -> None:
         if f["help"]:
             line += f"  # {f['help']}"
         print(line)
+    if "threads" not in {f["name"] for f in exp.fields()}:
+        print("  threads (int) = 1  # torch CPU threads (a runner setting every experiment takes)")
 
 
 def cmd_run(args) -> int:

@@ -61,7 +61,9 @@ def show_run(run, key: str) -> None:
     import pandas as pd
 
     from interplab.app.widgets import show_figure
+    from interplab.experiments.registry import discover
 
+    discover()  # every built-in result class registered, so a run saved before results named their module reads too
     meta = run.meta
     versions = meta.get("versions", {}) or {}
     st.markdown(f"**{run.kind}** · `{run.name}` · created {run.manifest.get('created', '?')} · interplab "

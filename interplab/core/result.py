@@ -16,6 +16,7 @@ Subclasses check their own shapes in ``__post_init__`` and offer ``to_frame()``;
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import shutil
 import tempfile
 import types
@@ -95,7 +96,8 @@ class Result:
             write_table(d / f"{name}.{self.TABLE_FORMAT}", df)
         if arrays:
             write_arrays(d / ARRAYS_FILE, arrays)
-        write_json(d / RESULT_FILE, {"kind": type(self).__name__, "format": FORMAT, "fields": fields})
+        write_json(d / RESULT_FILE, {"kind": type(self).__name__, "module": type(self).__module__, "format": FORMAT,
+                                     "fields": fields})
 
     # ------------------------------------------------------------------ load
     @classmethod
@@ -110,14 +112,10 @@ class Result:
 
     @staticmethod
     def load_any(path) -> "Result":
-        """Load whatever result `path` holds (its class must be imported, i.e. registered)."""
+        """Load whatever result `path` holds; its class is imported on demand (see `_result_class`)."""
         d = Path(path)
         meta = _read_meta(d)
-        kind = _KINDS.get(meta["kind"])
-        if kind is None:
-            raise ResultsError(f"{d} holds a {meta['kind']}, which is not a known result class; import the module "
-                               "that defines it first")
-        return kind._from_meta(d, meta)
+        return _result_class(meta["kind"], meta.get("module"), d)._from_meta(d, meta)
 
     @classmethod
     def _from_meta(cls, d: Path, meta: dict):
@@ -238,13 +236,28 @@ def _jsonable(v, name: str, owner: str):
                     "DataFrame, a nested Result, a dataclass or JSON-able values")
 
 
+def _result_class(kind: str, module: str | None, d: Path) -> type:
+    """The registered class named `kind`. A class that is not imported yet is imported from the module its result
+    file names (results record it since format 1 files gained the key), so a run loads without its class
+    imported by hand (only interplab's own modules are imported this way; a class of yours must be imported
+    first); a result saved before that needs its module imported first (`interplab.experiments`'s
+    `discover()` imports every built-in one)."""
+    if kind not in _KINDS and module and module.startswith("interplab."):  # never import code a file names
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    if kind not in _KINDS:
+        raise ResultsError(f"{d} holds a {kind}, which is not a known result class (module "
+                           f"{module or 'not recorded'}); import the module that defines it first")
+    return _KINDS[kind]
+
+
 def _restore(v, name: str, d: Path, arrays: dict, hint):
     if isinstance(v, dict) and len(v) >= 1:
         if "$result" in v:
-            cls = _KINDS.get(v["$result"])
-            if cls is None:
-                raise ResultsError(f"{d}/{name} holds a {v['$result']}, which is not a known result class")
-            return cls._from_meta(d / name, _read_meta(d / name))
+            meta = _read_meta(d / name)
+            return _result_class(v["$result"], meta.get("module"), d / name)._from_meta(d / name, meta)
         if "$result_map" in v:
             return {k: Result.load_any(d / name / str(i)) for i, k in enumerate(v["$result_map"])}
         if "$result_list" in v:

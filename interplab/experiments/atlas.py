@@ -23,6 +23,10 @@ class AtlasExperimentConfig:
     models: zoo names, checkpoint paths or "planted:<truth|decodeshare|crh>" (built in the run folder).
     reference: a model whose per-layer PR minus each model's is shown as the PR change ("" = none).
     direction_layer: resid_post.L of the direction methods (-1 = automatic: planted site, SAE layer, middle).
+    Your own inputs (docs/data.md; "" = the built-in ones): clean / corrupt: the patching / DLA prompt pair;
+    truth_data: a Truth-Score file (text, label); decode_data: a DecodeShare file (task, prompt, answer);
+    crh_data: a CRH pair file, of which `concept` is used (the first concept when `concept` is not in it).
+    They apply to every model that is not a validation organism (those keep their planted data).
     The other fields are AtlasConfig's (interplab.probes.lenses.atlas)."""
 
     models: list[str] = field(default_factory=lambda: ["zoo:toy-chat", *PLANTED])
@@ -40,6 +44,11 @@ class AtlasExperimentConfig:
     backend: str = "bridge"
     device: str = "cpu"
     dtype: str = "float32"
+    clean: str = ""
+    corrupt: str = ""
+    truth_data: str = ""
+    decode_data: str = ""
+    crh_data: str = ""
     threads: int = 1
     figure_formats: list[str] = field(default_factory=lambda: ["html"])
 
@@ -51,6 +60,14 @@ class AtlasExperimentConfig:
         bad = [m for m in self.models if m.startswith("planted:") and m not in PLANTED]
         if bad:
             raise ConfigError(f"unknown validation organisms {bad}; use {list(PLANTED)}")
+        if bool(self.clean) != bool(self.corrupt):
+            raise ConfigError("give both clean and corrupt (the lens pair) or neither")
+        from pathlib import Path
+
+        gone = [f"{k}={v}" for k, v in (("truth_data", self.truth_data), ("decode_data", self.decode_data),
+                                        ("crh_data", self.crh_data)) if v and not Path(v).is_file()]
+        if gone:
+            raise ConfigError(f"no such file: {', '.join(gone)} (give a path to a CSV or JSONL file; docs/data.md)")
 
 
 def _load(name: str, cfg: AtlasExperimentConfig, run):
@@ -80,6 +97,7 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
 
     from interplab.figures import atlas as F
     from interplab.probes.lenses.atlas import AtlasConfig, atlas
+    from interplab.probes.lenses.atlas_inputs import atlas_inputs, with_user_data
 
     torch.set_num_threads(max(1, cfg.threads))
     acfg = AtlasConfig(n_truth_items=cfg.n_truth_items, truth_solver=cfg.truth_solver,
@@ -90,7 +108,16 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
     summary, tables = {"config": asdict(cfg), "models": {}}, {"agreement": [], "overlaps": [], "planted": []}
     for name in cfg.models:
         model = _load(name, cfg, run)
-        a = atlas(model, acfg, reference=reference)
+        inputs = None
+        if not name.startswith("planted:") and (cfg.clean or cfg.truth_data or cfg.decode_data or cfg.crh_data):
+            inputs = with_user_data(
+                model, atlas_inputs(model, n_items=acfg.n_truth_items, n_decode=acfg.n_decode_prompts,
+                                    n_pairs=acfg.n_concept_pairs, concept=acfg.concept,
+                                    direction_layer=acfg.direction_layer, seed=acfg.seed),
+                clean=cfg.clean, corrupt=cfg.corrupt, truth_data=cfg.truth_data, decode_data=cfg.decode_data,
+                crh_data=cfg.crh_data, concept=cfg.concept, n_items=acfg.n_truth_items,
+                n_decode=acfg.n_decode_prompts, n_pairs=acfg.n_concept_pairs, seed=acfg.seed)
+        a = atlas(model, acfg, inputs=inputs, reference=reference)
         key = _key(name)
         run.save_result(f"atlas_{key}", a)
         for t in tables:

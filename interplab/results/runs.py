@@ -135,8 +135,9 @@ def environment_info() -> dict:
 class RunDir:
     """A run being written. Use `new_run(...)` to make one."""
 
-    def __init__(self, kind: str, name: str, root: Path):
+    def __init__(self, kind: str, name: str, root: Path, runner: dict | None = None):
         self.kind = kind
+        self.runner = dict(runner) if runner else None  # how the run was executed (e.g. torch threads)
         self.name = name
         self.root = Path(root)
         self.kind_dir = runs_root(self.root) / kind
@@ -184,6 +185,8 @@ class RunDir:
             "pid": os.getpid(),
             "files": dict(sorted(self._files.items())),
         }
+        if self.runner:
+            manifest["runner"] = self.runner
         manifest.update(extra)
         write_json(self.path / RUN_MANIFEST, manifest)
 
@@ -307,7 +310,7 @@ class RunDir:
 
 
 def new_run(kind: str, config: Any = None, root: str | os.PathLike | None = None,
-            name: str | None = None) -> RunDir:
+            name: str | None = None, runner: dict | None = None) -> RunDir:
     """Start a run of `kind` under `<root>/runs/<kind>/` (see the module docstring); saves `config` if given.
 
     Use as a context manager so the run is finished on success and marked failed on an exception::
@@ -320,7 +323,7 @@ def new_run(kind: str, config: Any = None, root: str | os.PathLike | None = None
     if name is None:
         name = f"{_now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     _check_name("run name", name)
-    run = RunDir(kind, name, interplab_home(root))._create()
+    run = RunDir(kind, name, interplab_home(root), runner=runner)._create()
     if config is not None:
         try:
             run.save_config(config)

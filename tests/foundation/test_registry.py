@@ -27,13 +27,20 @@ class DemoCfg:
     crash: bool = False
 
 
+seen_threads: list[int] = []
+
+
 @pytest.fixture
 def demo():
     calls = []
+    seen_threads.clear()
 
     @reg.register_experiment("test-demo", config=DemoCfg, help="a demo   experiment\n for tests")
     def demo_fn(cfg, run):
+        import torch
+
         calls.append(cfg)
+        seen_threads.append(torch.get_num_threads())
         run.save_json("cfg", {"n": cfg.n, "layers": cfg.layers})
         if cfg.crash:
             raise RuntimeError("planned crash")
@@ -126,6 +133,24 @@ def test_run_experiment_lifecycle(demo, tmp_path):
     df = list_runs("test-demo", root=tmp_path)
     assert list(df["path"]) == [str(path)]  # the crashed run is not listed; the earlier one still loads
     assert load_run(path).json("cfg")["n"] == 5
+
+
+def test_every_experiment_takes_a_threads_setting(demo, tmp_path):
+    """A config without its own `threads` field still runs with a fixed thread count (default 1, or --set
+    threads=N), restores the caller's count afterwards and records it in the manifest."""
+    import torch
+
+    before = torch.get_num_threads()
+    path = reg.run_experiment("test-demo", {"n": "4"}, root=tmp_path)
+    assert seen_threads[-1] == 1 and torch.get_num_threads() == before
+    assert load_run(path).manifest["runner"] == {"threads": 1}
+    path = reg.run_experiment("test-demo", {"threads": "2"}, root=tmp_path)
+    assert seen_threads[-1] == 2 and load_run(path).manifest["runner"] == {"threads": 2}
+    assert torch.get_num_threads() == before
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(ConfigError, match="threads"):
+            reg.run_experiment("test-demo", {"threads": bad}, root=tmp_path)
+    assert len(list_runs("test-demo", root=tmp_path)) == 2  # a refused setting starts no run
 
 
 def test_registration_errors(demo):

@@ -94,3 +94,29 @@ def test_missing_or_damaged_folder_is_typed(tmp_path):
     (tmp_path / "result.json").write_text("{broken")
     with pytest.raises(Exception, match="damaged"):
         _Leaf.load(tmp_path)
+
+
+def test_a_saved_result_loads_without_its_class_imported(tmp_path):
+    """`Result.load_any` imports the interplab module a result file names (an atlas run on the Runs page read
+    "not a known result class" before); a module outside interplab is never imported from a file."""
+    import json
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from interplab.probes.next_token import NextTokenResult
+
+    r = NextTokenResult(prompt="a b", tokens=["a", "b"], input_ids=[1, 2], layer=0,
+                        top=pd.DataFrame({"rank": [1], "token": ["c"]}), pattern=np.zeros((1, 2, 2)))
+    d = r.save(tmp_path / "nt")
+    code = ("import sys; from interplab.core.result import Result\n"
+            "assert 'interplab.probes.next_token' not in sys.modules\n"
+            f"print(type(Result.load_any({str(d)!r})).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "NextTokenResult", out.stderr[-2000:]
+    meta = json.loads((d / "result.json").read_text())
+    meta.update(kind="Elsewhere", module="os")
+    (d / "result.json").write_text(json.dumps(meta))
+    with pytest.raises(ResultsError, match="not a known result class"):
+        Result.load_any(d)

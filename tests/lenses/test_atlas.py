@@ -216,3 +216,30 @@ def test_pr_change_against_a_reference_model():
     assert np.abs(a.layer_maps["pr_change"]).max() > 0.1
     same = atlas(m, reference=m, directions=False, n_boot=200, n_perm=200)
     assert np.allclose(same.layer_maps["pr_change"], 0.0)
+
+
+def test_user_inputs_replace_the_built_in_ones(organisms, tmp_path):
+    """The atlas experiment's settings (clean/corrupt, truth_data, ...): a user's truth file gives a model without
+    verification items its Truth-Score map, which finds the planted heads; bad settings are typed errors."""
+    import pandas as pd
+
+    from interplab.core.errors import ConfigError
+    from interplab.experiments.atlas import AtlasExperimentConfig
+    from interplab.probes.lenses.atlas_inputs import with_user_data
+    from interplab.zoo.validation.truth_scores import planted_truth_items
+
+    m = _load(organisms["truth"])
+    inp = atlas_inputs(m, n_items=160)
+    items = planted_truth_items(160, seed=3, memory_map=inp.planted[1]["memory_map"])
+    path = tmp_path / "truth.csv"
+    pd.DataFrame({"text": [it["text"] for it in items], "label": [it["label"] for it in items]}).to_csv(path)
+    inp.truth_items, inp.missing["truth"] = None, "removed for the test"
+    inp = with_user_data(m, inp, clean="c1 q0", corrupt="c2 q0", truth_data=str(path), n_items=160)
+    assert "truth" not in inp.missing and len(inp.truth_items) == 160 and inp.pair == ("c1 q0", "c2 q0")
+    a = atlas(m, inputs=inp, directions=False, n_boot=200, n_perm=200)
+    planted = {tuple(h) for h in a.planted_heads}
+    assert set(a.top_heads("truth", len(planted))) == planted and a.pair == ["c1 q0", "c2 q0"]
+    with pytest.raises(ConfigError, match="both clean and corrupt"):
+        AtlasExperimentConfig(clean="a")
+    with pytest.raises(ConfigError, match="no such file: truth_data"):
+        AtlasExperimentConfig(truth_data=str(tmp_path / "missing.csv"))

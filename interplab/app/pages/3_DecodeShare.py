@@ -63,7 +63,8 @@ vocab = model.tokenizer.get_vocab()
 if not all(w in vocab for w in ("sep", "copy", "s0")):
     st.info("This page needs a multitask-decode organism (`zoo:toy-chat` or `zoo:toy-base`; build one with "
             "`interplab zoo train toy-chat`): its prompts use the toy vocabulary (`copy s3 s1 sep`). "
-            f"`{name}` does not have it.")
+            f"`{name}` does not have it. On any other model (a real one included) run your own tasks from a file "
+            "(task, prompt, answer) in *Your data* above: that runs the `decodeshare` experiment on it.")
     st.stop()
 
 with st.sidebar:

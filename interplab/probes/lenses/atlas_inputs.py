@@ -198,3 +198,40 @@ def atlas_inputs(model, *, n_items: int = 128, n_decode: int = 16, n_pairs: int 
         inp.missing["sae"] = reason or (f"the shipped SAE reads resid_post.{sae_layer}, not "
                                         f"resid_post.{inp.direction_layer}")
     return inp
+
+
+def with_user_data(model, inp: AtlasInputs, *, clean: str = "", corrupt: str = "", truth_data: str = "",
+                   decode_data: str = "", crh_data: str = "", concept: str = "", n_items: int = 128,
+                   n_decode: int = 16, n_pairs: int = 48, seed: int = 0) -> AtlasInputs:
+    """`inp` with the inputs a user gave replacing the built-in ones (the atlas experiment's settings; docs/data.md
+    names each file's columns): clean / corrupt: the lens pair (both or neither); truth_data: a Truth-Score file
+    (text, label; or HaluEval QA); decode_data: a DecodeShare file (task, prompt, answer); crh_data: a CRH pair
+    file (concept, question, resp_no_concept, resp_with_concept), of which `concept` is used (the first concept
+    when the file has no `concept`). A method given data is no longer "not available"."""
+    from interplab.core.errors import ConfigError
+
+    if bool(clean) != bool(corrupt):
+        raise ConfigError("give both clean and corrupt (the lens pair) or neither")
+    if clean:
+        inp.pair, inp.answer, inp.wrong = (clean, corrupt), None, None
+    if truth_data:
+        from interplab.probes.truth.data import user_truth_set
+
+        inp.truth_items = user_truth_set(truth_data, limit=n_items, seed=seed)
+        inp.missing.pop("truth", None)
+    if decode_data:
+        from interplab.data.user import user_records
+        from interplab.probes.decodeshare.tasks import user_task_sets
+
+        calib, _ = user_task_sets(model, list(user_records("decodeshare", decode_data)), seed=seed)
+        inp.decode_prompts = {name: s.prompts[:n_decode] for name, s in calib.items()}
+        inp.missing.pop("decodeshare", None)
+    if crh_data:
+        from interplab.data.user import user_records
+        from interplab.probes.crh.real_data import user_concept_data
+
+        data = user_concept_data(user_records("crh", crh_data), seed=seed, max_train=n_pairs, model=model)
+        chosen = [d for d in data if d.name == concept] or data[:1]  # the default concept is a toy one
+        inp.concept_pairs = chosen[0].train_pairs
+        inp.missing.pop("crh", None)
+    return inp

@@ -184,7 +184,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="committed config name (default: the largest that fits) or a "
                     "checkpoint directory")
     ap.add_argument("--max-params", type=float, default=3e9, help="upper bound for the automatic choice")
-    ap.add_argument("--bench", default="hook_layer", help="comma-separated benchmark groups ('' for none)")
+    ap.add_argument("--bench", default="hook_layer,real_models",
+                    help="comma-separated benchmark groups ('' for none); real_models: the SmolLM2 speed rows of "
+                         "issue 25 section 5 (without the model installed its rows fail with the install command)")
     ap.add_argument("--experiments", default="all", help="comma-separated experiment names (default: all)")
     ap.add_argument("--budget", type=float, default=540.0, help="seconds for the whole check")
     args = ap.parse_args(argv)

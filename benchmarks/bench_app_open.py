@@ -7,7 +7,13 @@
 
 There is no anchor tool for this; `anchor` is the 10 s budget and `ratio` = budget / measured (>= 1 meets it).
 Server start-up is not counted (a researcher starts the server once); the first model load is, when the page's
-defaults load one. Prints one BENCH line per page. Needs the system Chromium and Playwright (the dev set-up)."""
+defaults load one. Prints one BENCH line per page. Needs the system Chromium and Playwright (the dev set-up).
+
+    python -m benchmarks.bench_app_open                                  # the opening model (zoo:toy-chat)
+    python -m benchmarks.bench_app_open --model real:smollm2-135m-instruct --session-only
+
+`--model` opens the server on another model (rows are named `app_<kind>_open_<Page>_<model>`); `--session-only`
+skips the fresh-server-per-page pass."""
 from __future__ import annotations
 
 import os
@@ -37,13 +43,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(home: Path) -> tuple[subprocess.Popen, str]:
+def _start(home: Path, model: str = "") -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "INTERPLAB_HOME": str(home)}
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.Popen([sys.executable, "-m", "interplab.cli", "app", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "interplab.cli", "app", "--port", str(port)]
+                            + (["--model", model] if model else []),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
                             cwd=str(home))
     url = f"http://127.0.0.1:{port}"
@@ -80,34 +87,44 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=20)
 
 
-def _report(kind: str, path: str, s: float) -> None:
+def _report(kind: str, path: str, s: float, model: str = "") -> None:
     extra = "fresh_server_per_page" if kind == "first" else "one_server_pages_in_order"
-    print(f"BENCH name=app_{kind}_open_{path or 'Home'} ours={s:.2f} anchor={BUDGET_S:.2f} "
+    tag = ("_" + model.split(":")[-1].replace(".", "").replace("-", "_")) if model else ""
+    if model:
+        extra += f",model={model}"
+    print(f"BENCH name=app_{kind}_open_{path or 'Home'}{tag} ours={s:.2f} anchor={BUDGET_S:.2f} "
           f"ratio={BUDGET_S / s:.2f} goal=<{BUDGET_S:g}s ok={s < BUDGET_S} extra={extra}", flush=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
     from playwright.sync_api import sync_playwright
+
+    ap = argparse.ArgumentParser(description="first open of every dashboard page")
+    ap.add_argument("--model", default="", help="model the server opens on (default: the app's own default)")
+    ap.add_argument("--session-only", action="store_true", help="skip the fresh-server-per-page pass")
+    args = ap.parse_args(argv)
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
         try:
             with tempfile.TemporaryDirectory() as home:
-                proc, url = _start(Path(home))
+                proc, url = _start(Path(home), args.model)
                 try:
                     for path in page_paths():
-                        _report("session", path, _open_seconds(browser, f"{url}/{path}"))
+                        _report("session", path, _open_seconds(browser, f"{url}/{path}"), args.model)
                 finally:
                     _stop(proc)
-            for path in page_paths():
+            for path in ([] if args.session_only else page_paths()):
                 with tempfile.TemporaryDirectory() as home:
-                    proc, url = _start(Path(home))
+                    proc, url = _start(Path(home), args.model)
                     try:
                         s = _open_seconds(browser, f"{url}/{path}")
                     finally:
                         _stop(proc)
-                _report("first", path, s)
+                _report("first", path, s, args.model)
         finally:
             browser.close()
 

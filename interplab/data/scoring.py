@@ -6,6 +6,10 @@ yes, elif 'no' in pred -> no, else no), so "unknown" (which contains "no") alway
 the unknown rate separately; `unknown="no"` is the labelled repo-faithful option, `unknown="wrong"` scores
 unknowns as errors and `unknown="drop"` excludes them. Positive class = "yes" (= the answer is hallucinated).
 
+Short answers (Truth Scores' context-following, a counterfactual prompt answered by one entity): `starts_with_answer`
+compares the generated *text* (never a token string, which on a BPE tokenizer is "ĠParis"), case-folded, with
+punctuation turned into spaces, and matches when the reply is the answer or begins with it as whole words.
+
 DecodeShare pool (decodeshare.md §3, §5; `decodeshare/benchmark_dataloaders.py`): the span after the last
 `Final answer:` (else the last non-empty line) is parsed per task kind: numeric (GSM8K; commas dropped, the last
 number, trailing zeros of decimals dropped), yes/no (StrategyQA) or a multiple-choice letter (letters of the
@@ -20,7 +24,8 @@ from typing import Sequence
 from interplab.core.errors import ConfigError, InputError
 
 __all__ = ["HALUEVAL_UNKNOWN_MODES", "parse_halueval", "halueval_metrics", "final_answer_span", "parse_number",
-           "parse_yes_no", "parse_choice", "parse_final_answer", "answer_correct", "accuracy"]
+           "parse_yes_no", "parse_choice", "parse_final_answer", "answer_correct", "accuracy", "normalise_words",
+           "starts_with_answer"]
 
 HALUEVAL_UNKNOWN_MODES = ("no", "wrong", "drop")
 _HALU_RE = re.compile(r"^(yes|no)\b[.,]?")
@@ -78,6 +83,18 @@ def halueval_metrics(replies: Sequence[str], ground_truth: Sequence[str], *, unk
 
 # --------------------------------------------------------------------------------------------- Final answer
 _FINAL_RE = re.compile(r"final\s*answer\s*:\s*(.*)", re.IGNORECASE)
+
+
+def normalise_words(text: str) -> str:
+    """Case-folded words of `text`: punctuation becomes a space, whitespace runs collapse ("Paris." -> "paris")."""
+    return " ".join(re.sub(r"[^\w\s]", " ", str(text or "").casefold()).split())
+
+
+def starts_with_answer(reply: str, answer: str) -> bool:
+    """Whether `reply` is `answer` or begins with it as whole words (" Buenos Aires, of course" matches "Buenos
+    Aires"; "Parisian" does not match "Paris"). An empty answer never matches."""
+    r, a = normalise_words(reply), normalise_words(answer)
+    return bool(a) and (r == a or r.startswith(a + " "))
 
 
 def _first_line(text: str) -> str:

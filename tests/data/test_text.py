@@ -43,3 +43,13 @@ def test_bpe_small(tmp_path):
     assert re(text).input_ids == ids and re.chat_template == tok.chat_template
     again = train_bpe(corpus.train[:150], vocab_size=400)
     assert again.get_vocab() == tok.get_vocab()
+
+
+def test_starts_with_answer_matches_whole_words_of_the_reply():
+    from interplab.data.scoring import normalise_words, starts_with_answer
+
+    assert normalise_words("  Paris.  It is") == "paris it is"
+    assert starts_with_answer(" Paris.", "Paris") and starts_with_answer("Buenos Aires, of course", "buenos aires")
+    assert starts_with_answer("v3", "v3") and not starts_with_answer("v31", "v3")
+    assert not starts_with_answer("Parisian food", "Paris") and not starts_with_answer("The capital is Paris", "Paris")
+    assert not starts_with_answer("anything", "") and not starts_with_answer("", "Paris")

@@ -72,6 +72,23 @@ def test_the_steering_unit_leaves_out_the_massive_positions(pair):
     assert s.typical < 3 * s.median, (name, s)
 
 
+def test_context_following_reads_the_generated_text_not_a_bpe_token(pair):
+    """Issue 27: the counterfactual score compared the first token string ("ĠParis" on a BPE tokenizer), so a real
+    model never counted as following anything. A prompt whose context names the answer must count as followed, on
+    both backends; swapping the two values must move it to the memory column."""
+    from interplab.probes.truth import context_following
+
+    name, mb, mn = pair
+    text = "Paris is the capital of France. Question: What is the capital of France? Answer:"
+    for m in (mb, mn):
+        res = context_following(m, [{"text": text, "context_value": "Paris", "memory_value": "Rome"}],
+                                max_new_tokens=4, return_answers=True)
+        assert res["context_acc"] == 1.0, (name, res["answers"])
+        swapped = context_following(m, [{"text": text, "context_value": "Rome", "memory_value": "Paris"}],
+                                    max_new_tokens=4)
+        assert swapped["memory_rate"] == 1.0 and swapped["context_acc"] == 0.0
+
+
 def test_edits_agree_between_backends(pair):
     name, mb, mn = pair
     g = torch.Generator().manual_seed(0)

@@ -102,9 +102,13 @@ def ctxmem_counterfactual_set(n: int = 256, seed: int = 1, fmt: str = "raw", spl
 
 def context_following(model, items: list[dict], edits=None, *, batch_size: int = 64, max_new_tokens: int = 2,
                       return_answers: bool = False) -> dict:
-    """Greedy-generate each counterfactual prompt's answer and score its first word.
+    """Greedy-generate each counterfactual prompt's answer and score the generated text
+    (`interplab.data.scoring.starts_with_answer`: the reply is the value or begins with it as whole words; a token
+    string such as "ĠParis" is never compared). Give `max_new_tokens` enough for the longest value on a real model.
 
-    Returns {"context_acc", "memory_rate", "other_rate", "n"} (+ "answers" when asked)."""
+    Returns {"context_acc", "memory_rate", "other_rate", "n"} (+ "answers": the decoded replies, when asked)."""
+    from interplab.data.scoring import starts_with_answer
+
     if not items:
         raise InputError("no counterfactual items given")
     answers = []
@@ -112,11 +116,9 @@ def context_following(model, items: list[dict], edits=None, *, batch_size: int =
         chunk = items[s:s + batch_size]
         gen = model.generate([it["text"] for it in chunk], max_new_tokens=max_new_tokens, edits=edits,
                              return_logits=False, chat=False)
-        for toks in gen.new_tokens:
-            first = model.tokenizer.convert_ids_to_tokens(toks[:1])[0] if toks else ""
-            answers.append(first)
-    ctx = np.array([a == it["context_value"] for a, it in zip(answers, items)])
-    mem = np.array([a == it["memory_value"] for a, it in zip(answers, items)])
+        answers.extend(model.tokenizer.decode(toks, skip_special_tokens=True).strip() for toks in gen.new_tokens)
+    ctx = np.array([starts_with_answer(a, it["context_value"]) for a, it in zip(answers, items)])
+    mem = np.array([starts_with_answer(a, it["memory_value"]) for a, it in zip(answers, items)])
     out = {"context_acc": float(ctx.mean()), "memory_rate": float(mem.mean()),
            "other_rate": float(1 - ctx.mean() - mem.mean()), "n": len(items)}
     if return_answers:

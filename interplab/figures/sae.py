@@ -193,7 +193,8 @@ def leakage_figure(df, value: str = "rel_l2", *,
     for i, (k, g) in enumerate(df.groupby("segment_index")):
         fig.add_box(y=g[value].clip(lower=1e-12), name=str(k), marker_color=QUALITATIVE[0], showlegend=False)
     fig.update_yaxes(type="log")
-    label = {"rel_l2": "relative L2 difference", "abs_diff": "max |diff|"}.get(value, value)
+    label = {"rel_l2": "relative L2 difference", "abs_diff": "max |diff|",
+             "abs_diff_rel": "max |diff| / typical norm"}.get(value, value)
     return apply_style(fig, title=title, xaxis="segment index in block (0 = block start)", yaxis=label)
 
 

@@ -177,3 +177,18 @@ def test_fast_provider_from_a_harvest_store_equals_streaming(llama, dialogues, t
             assert torch.equal(a.acts, b.acts)
         else:
             torch.testing.assert_close(a.acts, b.acts, atol=1e-5, rtol=1e-5)
+
+
+def test_leakage_table_reports_the_difference_in_units_of_the_typical_norm(llama, dialogues):
+    """Issue 25 §3: max |diff| is in the residual's own units (~2.5e4 on SmolLM2); abs_diff_rel divides it by the
+    typical norm of the per-sample activations, so it reads the same on any model."""
+    from interplab.core.scale import activation_scale
+    from interplab.sae.compare import leakage_table
+
+    df = leakage_table(llama, dialogues, site="resid_post.1", context_size=32)
+    acts = torch.cat([c.acts.reshape(-1, c.acts.shape[-1]) for c in
+                      fast_provider(llama, dialogues, site="resid_post.1", shuffle=False).iter_chunks()])
+    typical = activation_scale(acts).typical
+    assert len(df) and (df["abs_diff_rel"] - df["abs_diff"] / typical).abs().max() < 1e-6
+    later = df[df["segment_index"] > 0]
+    assert len(later) and (later["abs_diff_rel"] > 0).all()  # packed later segments see earlier ones

@@ -22,6 +22,17 @@ TEXTS = ["The capital of France is", "Water boils at one hundred degrees"]
 REL = 1e-5   # x the site's scale; bridge vs nnsight in fp32 measured bit-exact (scripts/pretrained_bands.py)
 
 
+_LOADED: dict = {}
+
+
+def _model(name: str, backend: str = "bridge"):
+    """One load per (model, backend) per test process: under pytest-xdist a worker may tear the module fixture down
+    between two runs of its tests (another module's item in between), and a real model takes ~6 s to load."""
+    if (name, backend) not in _LOADED:
+        _LOADED[name, backend] = interplab.load_model(name, backend=backend)
+    return _LOADED[name, backend]
+
+
 def _need(name):
     if not real.is_installed(real.real_model(name)):
         pytest.fail(f"{name} is not installed; `bash scripts/setup.sh install` installs the real models")
@@ -31,7 +42,7 @@ def _need(name):
 def pair(request):
     _need(request.param)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
-    return request.param, interplab.load_model(request.param), interplab.load_model(request.param, backend="nnsight")
+    return request.param, _model(request.param), _model(request.param, "nnsight")
 
 
 def _real(a, mask, kind):
@@ -106,17 +117,17 @@ def test_edits_agree_between_backends(pair):
 def test_a_factual_answer():
     _need(NAMES[0])
     for backend in ("bridge", "nnsight"):
-        m = interplab.load_model("real:smollm2-135m-instruct", backend=backend)
+        m = _model("real:smollm2-135m-instruct", backend)
         out = m.generate("What is the capital of France?", max_new_tokens=12)   # a user turn (chat template)
         assert "Paris" in out.text[0], (backend, out.text)
     _need(NAMES[1])
-    out = interplab.load_model("real:gemma-3-270m").generate("The capital of France is", max_new_tokens=8)
+    out = _model("real:gemma-3-270m").generate("The capital of France is", max_new_tokens=8)
     assert "France" in out.text[0] or "Paris" in out.text[0], out.text
 
 
 def test_bf16_stays_within_a_few_percent_of_the_logit_range():
     _need(NAMES[0])
-    ref = interplab.load_model(NAMES[0]).run(TEXTS)
+    ref = _model(NAMES[0]).run(TEXTS)
     half = interplab.load_model(NAMES[0], dtype="bfloat16").run(TEXTS)
     mask = ref.batch.attention_mask.bool()
     r = ref.logits[mask]

@@ -46,3 +46,16 @@ def test_page_scores_and_gates_a_model(monkeypatch, tmp_path, toy_random_ckpts):
     at.button(key="ts_try_go").click().run()
     assert not at.exception, at.exception
     assert len(at.code) == 2
+
+
+def test_a_real_model_is_pointed_to_its_own_data_not_scored_on_organism_text(monkeypatch, tmp_path):
+    """Issue 25 §4: CtxMem prompts are toy-language text; on a real model the page says so and points to the data
+    box instead of scoring a meaningless map (no model is loaded for this)."""
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", "real:smollm2-135m-instruct")
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    if "Score a model (CtxMem)" in at.radio(key="ts_source").options:
+        at.radio(key="ts_source").set_value("Score a model (CtxMem)").run()
+    assert not at.exception, at.exception
+    assert any("toy language" in i.value and "Your data" in i.value for i in at.info), [i.value for i in at.info]
+    assert not [b for b in at.button if b.key == "ts_go"]

@@ -72,7 +72,13 @@ if source == "Score a model (CtxMem)":
                           help="lbfgs: fast, the scikit-learn LogisticRegression(C=1) optimum (interactive default); "
                                "adamw: the authors' recipe (200 AdamW epochs), the faithful mode experiments use")
     epochs = c5.number_input("epochs (adamw)", 5, 500, 200, step=5, key="ts_epochs")
-    if st.button("Compute Truth Scores", key="ts_go", type="primary"):
+    if str(name).startswith("real:") or str(name).endswith(".gguf"):
+        # CtxMem items are organism text (`ctx e25 v3 ...`); a BPE tokenizer spells them in pieces, so a map scored
+        # on them would say nothing about a real model
+        st.info(f"CtxMem verification prompts are the organisms' toy language, not text `{name}` reads. Score it on "
+                "your own verification file instead (columns text, label: 1 = context-supported answer, 0 = "
+                "hallucinated) in *Your data* above; it runs the `truth-scores` experiment on that file.")
+    elif st.button("Compute Truth Scores", key="ts_go", type="primary"):
         require_model(name, backend, key="ts_model")
         try:
             ts, em = _score(name, backend, int(n), int(seed), fmt, int(epochs), solver)

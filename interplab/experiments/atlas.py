@@ -96,8 +96,8 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
     import torch
 
     from interplab.figures import atlas as F
-    from interplab.probes.lenses.atlas import AtlasConfig, atlas
-    from interplab.probes.lenses.atlas_inputs import atlas_inputs, with_user_data
+    from interplab.probes.lenses.atlas import AtlasConfig, atlas, default_inputs
+    from interplab.probes.lenses.atlas_inputs import with_user_data
 
     torch.set_num_threads(max(1, cfg.threads))
     acfg = AtlasConfig(n_truth_items=cfg.n_truth_items, truth_solver=cfg.truth_solver,
@@ -111,12 +111,10 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
         inputs = None
         if not name.startswith("planted:") and (cfg.clean or cfg.truth_data or cfg.decode_data or cfg.crh_data):
             inputs = with_user_data(
-                model, atlas_inputs(model, n_items=acfg.n_truth_items, n_decode=acfg.n_decode_prompts,
-                                    n_pairs=acfg.n_concept_pairs, concept=acfg.concept,
-                                    direction_layer=acfg.direction_layer, seed=acfg.seed),
-                clean=cfg.clean, corrupt=cfg.corrupt, truth_data=cfg.truth_data, decode_data=cfg.decode_data,
-                crh_data=cfg.crh_data, concept=cfg.concept, n_items=acfg.n_truth_items,
-                n_decode=acfg.n_decode_prompts, n_pairs=acfg.n_concept_pairs, seed=acfg.seed)
+                model, default_inputs(model, acfg), clean=cfg.clean, corrupt=cfg.corrupt, truth_data=cfg.truth_data,
+                decode_data=cfg.decode_data, crh_data=cfg.crh_data, concept=cfg.concept,
+                n_items=acfg.n_truth_items, n_decode=acfg.n_decode_prompts, n_pairs=acfg.n_concept_pairs,
+                seed=acfg.seed)
         a = atlas(model, acfg, inputs=inputs, reference=reference)
         key = _key(name)
         run.save_result(f"atlas_{key}", a)

@@ -92,8 +92,9 @@ class SteerSweepConfig(SAEModel):
     """Special-token steering sweep with an existing SAE directory.
 
     sae_dir: SAELens directory ("" -> error). feature: -1 = the top <|im_start|> feature. alphas: multiples of the
-    typical residual norm at the site (`interplab.core.scale`: massive-activation positions left out). n_prompts, n_eval: held-out prompts / dialogues scanned for the ranking. positions: all |
-    template | generated. max_new_tokens: reply length cap."""
+    typical residual norm at the site (`interplab.core.scale`: massive-activation positions left out). n_prompts,
+    n_eval: held-out prompts / dialogues scanned for the ranking. positions: all | template | generated.
+    max_new_tokens: reply length cap."""
 
     sae_dir: str = ""
     feature: int = -1

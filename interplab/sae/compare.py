@@ -108,10 +108,11 @@ def leakage_table(model: Any, dialogues: list, site: str, context_size: int = 12
                 if int(P[j]) == 0:
                     idx = (S == s).nonzero().flatten()
                     a_b, a_f = ch.acts[idx], fast[s][: len(idx)]
-                    rel = ((a_b - a_f).norm(dim=-1) / a_f.norm(dim=-1).clamp_min(1e-12)).mean()
+                    diff = a_b - a_f
+                    rel = (diff.norm(dim=-1) / a_f.norm(dim=-1).clamp_min(1e-12)).mean()
+                    worst = float(diff.abs().max())
                     rows.append({"block": b, "segment_index": seg, "start": j, "n_tokens": len(idx),
-                                 "abs_diff": float((a_b - a_f).abs().max()),
-                                 "abs_diff_rel": float((a_b - a_f).abs().max()) / max(typical, 1e-12),
+                                 "abs_diff": worst, "abs_diff_rel": worst / max(typical, 1e-12),
                                  "rel_l2": float(rel)})
                 seg += 1
             if s >= 0:
@@ -175,7 +176,8 @@ def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: st
 class ComparisonConfig(SAERecipe):
     """FAST vs BT(F) vs BT(P) at one layer (`SAERecipe` plus): architectures; methods (subset of fast, bt_f, bt_p);
     steps (same for all methods); gsnr_batches: mini-batches per GSNR estimate (B = batch_tokens); steer_alphas:
-    alphas in units of the typical residual norm at the site (`interplab.core.scale`) (the steering direction is the unit-norm decoder row);
+    alphas in units of the typical residual norm at the site (`interplab.core.scale`; the steering direction is the
+    unit-norm decoder row);
     steer_prompts: held-out prompts for the sweep; steer_positions: all | template | generated; max_new_tokens:
     generation length."""
 

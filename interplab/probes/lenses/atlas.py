@@ -332,15 +332,19 @@ def _step(name: str, missing: dict, timings: dict, fn):
         timings[name] = round(time.perf_counter() - t0, 3)
 
 
+def default_inputs(model, cfg: AtlasConfig) -> AtlasInputs:
+    """The inputs `atlas` feeds each method when none are given: `atlas_inputs` sized by `cfg`."""
+    return atlas_inputs(model, n_items=cfg.n_truth_items, n_decode=cfg.n_decode_prompts, n_pairs=cfg.n_concept_pairs,
+                        concept=cfg.concept, direction_layer=cfg.direction_layer, seed=cfg.seed)
+
+
 def atlas(model, config: AtlasConfig | None = None, *, inputs: AtlasInputs | None = None, reference=None,
           **overrides) -> Atlas:
     """The atlas of `model` (module docstring). `inputs` overrides what each method is fed (default
     `atlas_inputs(model, ...)`); `reference`: a second LabModel whose per-layer PR minus this model's is added as
     `pr_change` (e.g. a hyperfitted descendant). Keyword overrides set AtlasConfig fields."""
     cfg = dataclasses.replace(config or AtlasConfig(), **overrides).validate()
-    inp = inputs or atlas_inputs(model, n_items=cfg.n_truth_items, n_decode=cfg.n_decode_prompts,
-                                 n_pairs=cfg.n_concept_pairs, concept=cfg.concept,
-                                 direction_layer=cfg.direction_layer, seed=cfg.seed)
+    inp = inputs or default_inputs(model, cfg)
     missing, timings, heads, layers = dict(inp.missing), {}, {}, {}
     info = _step("patching", missing, timings, lambda: _lens_maps(model, inp, cfg, heads, layers, missing)) or {}
     if "patching" in missing and "dla" not in heads:

@@ -365,8 +365,8 @@ def run_experiment(name: str, overrides: Mapping[str, Any] | None = None, root=N
     """Build the config, run experiment `name` in a fresh run directory and return the finished run's path.
 
     Every experiment takes a `threads` setting (torch CPU threads): the config's own field where it has one, else
-    a runner-level `--set threads=N`; the default is 1, because a second thread on a loaded 2-core machine costs
-    more than it gives (SmolLM2-135M generation: 0.6-2 tokens/s with 2 threads, 12.9 with 1; issue 25 section 4).
+    a runner-level `--set threads=N`; the default is 1, because a second thread per process oversubscribes a loaded
+    2-core machine (issue 25 section 4).
     The count is restored afterwards and recorded in the run's manifest under `runner`."""
     import torch
 

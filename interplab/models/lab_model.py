@@ -231,9 +231,14 @@ class LabModel:
         return {k: v.to(self.output_device) for k, v in captures.items()}
 
     def run(self, inputs: Any, capture: Sequence[str] | str = (), edits: Sequence[Edit] | None = None,
-            *, logits: bool = True, grad: bool = False, chat: bool | None = None) -> RunOutput:
+            *, logits: bool = True, grad: bool = False, chat: bool | None = None,
+            logits_last: int | None = None) -> RunOutput:
         """One forward over a (left-padded) batch; captures only the requested sites. `inputs` and `chat` as in
         `tokenize` (chat models read plain strings as user turns unless chat=False).
+
+        logits_last=k unembeds only the last k positions (logits [b, k, vocab]; the batch is left-padded, so these
+        are every row's last k tokens): on a small model the unembedding of every position is most of a forward.
+        A capture or edit of the `logits` site needs them all and is refused with it.
 
         With logits=False the forward stops right after the deepest captured site. With grad=True the autograd
         graph is kept, so a loss on logits or captures back-propagates into edit parameters (e.g. a steering
@@ -243,8 +248,15 @@ class LabModel:
         ctx = StepContext("prefill", -1, batch.position_ids, batch.lengths, batch.attention_mask.bool())
         if not logits and not sites:
             raise InputError("run(logits=False) needs at least one site in capture=[...]")
-        req = ForwardRequest(batch.input_ids, batch.attention_mask, batch.position_ids, ctx, sites,
-                             self._edits_by_site(edits, _has_padding(batch)), need_logits=logits, grad=grad)
+        edit_map = self._edits_by_site(edits, _has_padding(batch))
+        if logits_last is not None:
+            if int(logits_last) < 1:
+                raise InputError(f"logits_last must be >= 1 (or None for every position), got {logits_last}")
+            if any(s.kind == "logits" for s in [*sites, *edit_map]):
+                raise InputError("logits_last cannot be combined with a capture or edit of the 'logits' site, which "
+                                 "needs every position; drop one of the two")
+        req = ForwardRequest(batch.input_ids, batch.attention_mask, batch.position_ids, ctx, sites, edit_map,
+                             need_logits=logits, grad=grad, logits_to_keep=int(logits_last or 0))
         res = self._forward(req)
         return RunOutput(res.logits, Cache(self._out(res.captures), batch), batch)
 
@@ -291,7 +303,7 @@ class LabModel:
         # small model's prefill (vocab 49k-262k against d_model 576-640). A capture or edit of `logits` keeps them all.
         last_only = not any(s.kind == "logits" for s in [*sites, *edit_map])
         res = self._forward(ForwardRequest(ids, mask, pos, ctx, sites, edit_map, use_cache=use_cache,
-                                           last_logits_only=last_only))
+                                           logits_to_keep=1 if last_only else 0))
         prefill_cache = Cache(self._out(res.captures), batch)
         kv = res.kv
         last_logits = res.logits[:, -1]

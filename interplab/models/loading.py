@@ -241,8 +241,7 @@ def wrap_hf_model(hf_model, tokenizer=None, backend: str = "bridge", *, name: st
     name = name or getattr(hf_model.config, "name_or_path", None) or type(hf_model).__name__
     p = next(hf_model.parameters())
     return _lab_model(hf_model.eval(), tok, backend, name=name, path=None, device=p.device, dtype=p.dtype,
-                      bridge_tokenizer=_in_memory(tok),
-                      attn_implementation=getattr(hf_model.config, "_attn_implementation", None) or "auto")
+                                            attn_implementation=getattr(hf_model.config, "_attn_implementation", None) or "auto")
 
 
 def ids_tokenizer(config):
@@ -263,18 +262,19 @@ def ids_tokenizer(config):
                                    pad_token=special("pad_token_id", int(eos[1:-1])), padding_side="left")
 
 
-def _in_memory(tok):
-    """TransformerBridge re-loads a tokenizer "with BOS" from ``init_kwargs["name_or_path"]``, which a tokenizer
-    built in memory lacks; the bridge gets a copy that says BOS handling is settled (LabModel tokenizes itself)."""
-    if "name_or_path" in tok.init_kwargs:
-        return tok
+def _bridge_tokenizer(tok):
+    """The tokenizer TransformerBridge keeps. TL re-loads a tokenizer "with BOS" from disk unless `init_kwargs` say
+    `add_bos_token` (2.8 s on Gemma-3's 262k vocabulary, after a deep copy of its init_kwargs) and cannot at all for
+    a tokenizer built in memory; LabModel tokenizes every input itself and hands the bridge token ids, so the bridge
+    gets a shallow copy that says BOS handling is settled (what TL sets on it, e.g. its padding side, stays on the
+    copy)."""
     out = copy.copy(tok)
-    out.init_kwargs = {**tok.init_kwargs, "name_or_path": "", "add_bos_token": True}
+    out.init_kwargs = {"name_or_path": tok.init_kwargs.get("name_or_path", ""), "add_bos_token": True}
     return out
 
 
 def _lab_model(hf, tok, backend: str, *, name: str, path: str | None, device, dtype, trust_remote_code: bool = False,
-               bridge_tokenizer=None, remote=False, output_device="cpu", attn_implementation: str = "auto"):
+               remote=False, output_device="cpu", attn_implementation: str = "auto"):
     from interplab.models.lab_model import LabModel
 
     if backend == "bridge":
@@ -287,7 +287,7 @@ def _lab_model(hf, tok, backend: str, *, name: str, path: str | None, device, dt
         # A dispatched model is passed as it is (accelerate placed it); the bridge then reads devices from it.
         try:
             bridge = TransformerBridge.boot_transformers(path or name, device=None if dispatched else str(device),
-                                                         dtype=dtype, hf_model=hf, tokenizer=bridge_tokenizer or tok,
+                                                         dtype=dtype, hf_model=hf, tokenizer=_bridge_tokenizer(tok),
                                                          trust_remote_code=trust_remote_code)
         except ValueError as e:
             if not dispatched:

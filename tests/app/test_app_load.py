@@ -133,14 +133,15 @@ def _check_results(expected, seen, health, n_actions: int) -> None:
     assert health and all(ok for ok, _ in health), "the server stopped answering its health check under load"
 
 
-def test_concurrent_sessions_each_get_their_own_result(tmp_path):
-    """2 rounds x 4 concurrent sessions, cold (no warm-up round: the first round also meets the model's first load):
-    in each round all four edits run at once, each in another session, and every session runs two different edits
-    (the default suite; the 50-action memory soak below is the same drive over 12 rounds after a warm-up, so the
-    full Latin square runs three times there)."""
+def test_concurrent_sessions_each_get_their_own_result(app_server):
+    """2 rounds x 4 concurrent sessions on the suite's shared server (`app_server`, zoo:toy-chat; the screenshot
+    walk uses it too, so the edits also meet a server that other pages have used): in each round all four edits run
+    at once, each in another session, and every session runs two different edits (the default suite; the 50-action
+    memory soak below is the same drive over 12 rounds after a warm-up on a server of its own, so the full Latin
+    square runs three times there)."""
     pytest.importorskip("playwright.async_api")
-    pytest.importorskip("psutil")
-    expected, seen, health, _, _ = _serve_and_drive(tmp_path, 2, warm_rounds=0)
+    expected, seen, health = _expected(), [], []
+    asyncio.run(_drive(app_server, 2, seen, health))
     _check_results(expected, seen, health, 2 * len(EDITS))
 
 

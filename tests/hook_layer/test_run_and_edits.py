@@ -33,6 +33,22 @@ def test_padded_generation_equals_single_examples(model_factory, backend):
         assert_same_across_shapes(g.decode_cache["resid_post.1"][i], one.decode_cache["resid_post.1"][0])
 
 
+@pytest.mark.parametrize("backend", ["bridge", "nnsight"])
+def test_logits_last_unembeds_the_last_positions_only(model_factory, backend):
+    from interplab.core.errors import InputError
+
+    m = model_factory("llama", backend=backend, dtype="float64")
+    steer = [Steer("resid_post.1", torch.linspace(-1, 1, m.d_model))]
+    full = m.run(PROMPTS, edits=steer).logits
+    part = m.run(PROMPTS, edits=steer, logits_last=2).logits
+    assert part.shape == (len(PROMPTS), 2, full.shape[-1])
+    torch.testing.assert_close(part, full[:, -2:], rtol=0, atol=1e-9 * float(full.abs().max()))
+    with pytest.raises(InputError, match="logits_last"):
+        m.run(PROMPTS, capture=["logits"], logits_last=1)
+    with pytest.raises(InputError, match="logits_last"):
+        m.run(PROMPTS, logits_last=0)
+
+
 def test_input_forms_agree(llama):
     strings = llama.run(PROMPTS).logits
     ids = [llama.tokenizer(p)["input_ids"] for p in PROMPTS]

@@ -25,7 +25,7 @@ class ForwardRequest:
     use_cache: bool = False
     need_logits: bool = True
     grad: bool = False  # keep the autograd graph (gradients w.r.t. edit parameters or captures)
-    last_logits_only: bool = False  # unembed the last position only (a generation prefill: [b, 1, vocab])
+    logits_to_keep: int = 0  # unembed only the last k positions ([b, k, vocab]; 0: every position)
 
     def sites_in_order(self, n_layers: int) -> list[Site]:
         sites = set(self.capture) | set(self.edits)
@@ -72,6 +72,6 @@ def hf_forward_kwargs(req: ForwardRequest) -> dict:
               use_cache=req.use_cache)
     if req.kv is not None:
         kw["cache"] = req.kv
-    if req.last_logits_only:
-        kw["logits_to_keep"] = 1
+    if req.logits_to_keep:
+        kw["logits_to_keep"] = req.logits_to_keep
     return kw

@@ -226,14 +226,15 @@ def score_forced_choice(model, prompts: Sequence, candidates: Sequence, gold: Se
         sl = slice(i0, i0 + batch_size)
         chunk = rows[sl]
         wrapped = [teacher_forced(e, core[sl]) for e in edits]
-        out = model.run(chunk, edits=wrapped, logits=True)
+        # only the positions that predict a candidate token are unembedded: the last k of each left-padded row
+        k = max(len(r) - s0 for r, s0 in zip(chunk, start[sl])) + 1
+        out = model.run(chunk, edits=wrapped, logits=True, logits_last=k)
         lp = torch.log_softmax(out.logits.to(torch.float64), -1)
-        W = lp.shape[1]
         for j, r in enumerate(chunk):
-            L, s0 = len(r), start[i0 + j]
-            cols = torch.arange(W - L + s0, W, device=lp.device)
-            toks = torch.as_tensor(r[s0:], device=lp.device)
-            scores[i0 + j] = float(lp[j, cols - 1, toks].sum())
+            n = len(r) - start[i0 + j]  # candidate tokens, predicted by the n positions before the last one
+            cols = torch.arange(k - 1 - n, k - 1, device=lp.device)
+            toks = torch.as_tensor(r[-n:], device=lp.device)
+            scores[i0 + j] = float(lp[j, cols, toks].sum())
     logprobs = scores.reshape(len(prompts), C)
     pred = logprobs.argmax(1)
     g = np.full(len(prompts), -1) if gold is None else np.asarray(gold, dtype=np.int64).reshape(-1)

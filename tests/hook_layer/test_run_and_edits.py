@@ -49,6 +49,18 @@ def test_logits_last_unembeds_the_last_positions_only(model_factory, backend):
         m.run(PROMPTS, logits_last=0)
 
 
+@pytest.mark.parametrize("backend", ["bridge", "nnsight"])
+def test_a_forward_with_nothing_to_hook_equals_a_hooked_one(model_factory, backend):
+    """With no capture and no edit a backend may run the plain forward (nnsight does: no trace); a capture-only
+    forward must give bit-identical logits, in a run and in every KV-cached decode step."""
+    m = model_factory("llama", backend=backend)
+    plain, hooked = m.run(PROMPTS), m.run(PROMPTS, capture=["resid_post.1"])
+    assert torch.equal(plain.logits, hooked.logits)
+    g0 = m.generate(PROMPTS, max_new_tokens=4, stop_at_eos=False)
+    g1 = m.generate(PROMPTS, max_new_tokens=4, stop_at_eos=False, capture=["resid_post.1"])
+    assert g0.new_tokens == g1.new_tokens and torch.equal(g0.step_logits, g1.step_logits)
+
+
 def test_input_forms_agree(llama):
     strings = llama.run(PROMPTS).logits
     ids = [llama.tokenizer(p)["input_ids"] for p in PROMPTS]

@@ -117,6 +117,13 @@ class NNsightBackend:
             raise RemoteError("gradients do not run remotely (run(grad=True), steering-vector optimisation); load "
                               "the model locally (remote=False) for gradient-based methods")
         plan, visit, grad = self.plan(req), _visitor(), req.grad
+        if not plan and not self.remote:
+            # nothing to capture or edit: the plain forward computes the same thing without nnsight's per-module
+            # interleaving (~13 % of a KV-cached decode step on SmolLM2-135M at one thread)
+            with torch.set_grad_enabled(req.grad):
+                out = self.hf_model(**hf_forward_kwargs(req))
+            kv = getattr(out, "past_key_values", None) if req.use_cache else None
+            return ForwardResult(out.logits if req.need_logits else None, {}, kv)
         stop = req.stop_site(self.n_layers) is not None
         nn = self.nn
         with torch.set_grad_enabled(req.grad):

@@ -241,7 +241,7 @@ def wrap_hf_model(hf_model, tokenizer=None, backend: str = "bridge", *, name: st
     name = name or getattr(hf_model.config, "name_or_path", None) or type(hf_model).__name__
     p = next(hf_model.parameters())
     return _lab_model(hf_model.eval(), tok, backend, name=name, path=None, device=p.device, dtype=p.dtype,
-                                            attn_implementation=getattr(hf_model.config, "_attn_implementation", None) or "auto")
+                      attn_implementation=getattr(hf_model.config, "_attn_implementation", None) or "auto")
 
 
 def ids_tokenizer(config):

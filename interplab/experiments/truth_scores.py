@@ -189,7 +189,18 @@ class GatingSweepConfig(ProbeRecipe):
     modes: list[str] = field(default_factory=lambda: ["normalize", "contrast"])
     sites: list[str] = field(default_factory=lambda: ["z", "attn_out_chunks"])
     alphas: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.3, 1.0, 2.0, 4.0, 6.0])
+    rebase: str = field(default="none", metadata={"help": "'layer_mean' keeps every layer's mean gate at 1 so a "
+                                                          "strength means the same at any depth (deep/real models); "
+                                                          "'none' is the paper's gates"})
     figure_formats: list[str] = _formats()
+
+    def validate(self) -> None:
+        """Checks that fail fast, before the source model is scored."""
+        from interplab.core.errors import ConfigError
+        from interplab.interventions.head_gate import GATE_REBASES
+
+        if self.rebase not in GATE_REBASES:
+            raise ConfigError(f"rebase must be one of {GATE_REBASES}, got {self.rebase!r}")
 
 
 @register_experiment("truth-gating-sweep", config=GatingSweepConfig,
@@ -198,12 +209,13 @@ class GatingSweepConfig(ProbeRecipe):
 def gating_sweep_experiment(cfg: GatingSweepConfig, run) -> None:
     from interplab.probes.truth.studies import gating_study
 
+    cfg.validate()
     target = _load(cfg.target, cfg.backend)
     source = None if cfg.score_source in ("self", cfg.target) else _load(cfg.score_source, cfg.backend)
     res = gating_study(target, source, score_source=cfg.score_source, recipe=cfg, target_fmt=cfg.target_fmt,
                        source_fmt=cfg.source_fmt, n_samples=cfg.n_samples, data_seed=cfg.data_seed, n_eval=cfg.n_eval,
                        eval_seed=cfg.eval_seed, eval_k_min=cfg.eval_k_min, eval_k_max=cfg.eval_k_max,
-                       modes=cfg.modes, sites=cfg.sites, alphas=cfg.alphas)
+                       modes=cfg.modes, sites=cfg.sites, alphas=cfg.alphas, rebase=cfg.rebase)
     run.save_result("sweep", res)
     run.save_json("summary", res.summary())
     run.save_table("source_scores", res.source_scores.to_frame())

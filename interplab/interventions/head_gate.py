@@ -9,6 +9,14 @@ Gate modes (s = raw accuracy map [L, H], s_l = layer l's row):
   inverse_baseline g = per-layer min-max of 1 / (s + 1e-6)                         (ignores alpha)
   random_baseline g = 1 + U(-1, 1), one draw per call (the repo resamples per forward; see RandomHeadGate)
 
+Layer gain (rebase): every mode but contrast has a layer-mean gate above 1, so it also raises the total attention
+output of every gated layer, and the model reads that gain as much as the reallocation between heads. A strength
+tuned on a 4-layer organism then breaks a real model: on SmolLM2-135M-Instruct, normalize at alpha 1 on its first 4
+layers alone changes the next token on 8 of 8 prompts (results/gate-depth, scripts/gate_depth.py). rebase="layer_mean"
+divides each layer's row by its mean, so every layer keeps its total attention gain and the gates only move weight
+between its heads (contrast already does); a strength then means about the same whether 4 or all 30 layers are
+gated. "none" (default) is the paper's formula.
+
 Gate sites:
   "z" (default, paper semantics): z'_{l,h} = g_{l,h} * z_{l,h} at attn_z.l, i.e. before W_O; equivalent to scaling
       head h's rows of W_O by g.
@@ -30,6 +38,7 @@ from interplab.core.shapes import check_score_shape
 
 GATE_MODES = ("normalize", "contrast", "legacy_amplify", "raw", "inverse_baseline", "random_baseline")
 GATE_SITES = ("z", "attn_out_chunks")
+GATE_REBASES = ("none", "layer_mean")
 
 
 def _map(scores) -> np.ndarray:
@@ -45,11 +54,32 @@ def _map(scores) -> np.ndarray:
 
 
 def truth_gates(scores, mode: str = "normalize", alpha: float = 0.0, *, n_layers: int | None = None,
-                n_heads: int | None = None, seed: int | None = None) -> np.ndarray:
+                n_heads: int | None = None, seed: int | None = None, rebase: str = "none") -> np.ndarray:
     """Per-head gates [n_layers, n_heads] (float64) from a raw-accuracy Truth-Score map; formulas in the module doc.
 
     n_layers/n_heads: assert the map's orientation against the target model (a transposed map raises ShapeError).
-    seed: only for mode="random_baseline"."""
+    seed: only for mode="random_baseline".
+    rebase: "none" (the paper's gates) or "layer_mean" (each layer's row divided by its mean; see the module doc)."""
+    return rebase_gates(_gates(scores, mode, alpha, n_layers=n_layers, n_heads=n_heads, seed=seed), rebase)
+
+
+def rebase_gates(gates, rebase: str = "layer_mean") -> np.ndarray:
+    """Gates with each layer's mean gain taken out (rebase="layer_mean") or unchanged ("none"). A layer whose mean
+    gate is not positive cannot be rebased (its heads' signs would flip): ConfigError naming the layer."""
+    g = np.asarray(gates, dtype=np.float64)
+    if rebase not in GATE_REBASES:
+        raise ConfigError(f"gate rebase must be one of {GATE_REBASES}, got {rebase!r}")
+    if rebase == "none":
+        return g
+    m = g.mean(1, keepdims=True)
+    bad = np.flatnonzero(m[:, 0] <= 0)
+    if bad.size:
+        raise ConfigError(f"rebase='layer_mean' needs a positive mean gate in every layer; layers {bad.tolist()} have "
+                          f"mean {m[bad, 0].round(3).tolist()}. Use a smaller alpha or rebase='none'.")
+    return g / m
+
+
+def _gates(scores, mode, alpha, *, n_layers, n_heads, seed) -> np.ndarray:
     s = _map(scores)
     if n_layers is not None or n_heads is not None:
         check_score_shape(s, n_layers if n_layers is not None else s.shape[0],
@@ -74,7 +104,8 @@ def truth_gates(scores, mode: str = "normalize", alpha: float = 0.0, *, n_layers
 
 
 def gate_summary(gates) -> dict:
-    """min/max/mean of the gates and how many are negative (every reported run records these)."""
+    """min/max/mean of the gates and how many are negative (every reported run records these). gate_mean is also
+    the mean layer gain (1 for contrast and for rebase="layer_mean")."""
     g = np.asarray(gates, dtype=np.float64)
     return {"gate_min": float(g.min()), "gate_max": float(g.max()), "gate_mean": float(g.mean()),
             "n_negative": int((g < 0).sum()), "n_gates": int(g.size)}

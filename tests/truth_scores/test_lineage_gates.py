@@ -160,6 +160,35 @@ def test_gate_formulas():
     assert g.sites == tuple(f"attn_out.{i}" for i in range(3)) and "attn_out_chunks" in repr(g)
 
 
+def test_layer_mean_rebase_takes_out_each_layers_gain():
+    from interplab.core.errors import ConfigError
+    from interplab.interventions.head_gate import rebase_gates
+
+    s = 0.5 + 0.5 * np.random.default_rng(1).random((30, 9))
+    raw = truth_gates(s, "normalize", 1.0)
+    assert gate_summary(raw)["gate_mean"] > 1.3  # every layer's attention gain goes up by its mean gate
+    g = truth_gates(s, "normalize", 1.0, rebase="layer_mean")
+    np.testing.assert_allclose(g.mean(1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(g, raw / raw.mean(1, keepdims=True))  # head ratios within a layer are kept
+    assert gate_summary(g)["gate_mean"] == pytest.approx(1.0)
+    # contrast already has layer mean 1: rebasing it is the identity up to rounding
+    np.testing.assert_allclose(truth_gates(s, "contrast", 2.0, rebase="layer_mean"), truth_gates(s, "contrast", 2.0))
+    assert np.all(truth_gates(s, "normalize", 0.0, rebase="layer_mean") == 1.0)  # alpha 0 stays a no-op
+    with pytest.raises(ConfigError, match="positive mean gate"):
+        rebase_gates(np.array([[1.0, 1.0], [-1.0, 0.5]]))
+    with pytest.raises(ConfigError, match="rebase must be one of"):
+        truth_gates(s, "normalize", 1.0, rebase="depth")
+
+
+def test_gating_sweep_refuses_a_bad_rebase_before_loading_anything(tmp_path):
+    from interplab.core.errors import ConfigError
+    from interplab.experiments import run_experiment
+
+    with pytest.raises(ConfigError, match="rebase"):
+        run_experiment("truth-gating-sweep", {"target": str(tmp_path / "absent"), "rebase": "depth"},
+                       root=tmp_path / "runs")
+
+
 def test_released_dir_from_environment(monkeypatch, tmp_path):
     from interplab.core.errors import DataError
     from interplab.probes.truth.lineage import released_dir

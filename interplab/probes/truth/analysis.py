@@ -48,9 +48,10 @@ def binomial_ci(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def gating_sweep(model, items, scores, *, modes: Sequence[str] = ("normalize", "contrast"),
                  sites: Sequence[str] = ("z", "attn_out_chunks"), alphas: Sequence[float] = (0.0, 0.5, 1, 2, 4, 6),
-                 score_source: str = "", batch_size: int = 64, progress=None):
+                 score_source: str = "", batch_size: int = 64, progress=None, rebase: str = "none"):
     """Context-following accuracy of `model` on CtxMem counterfactual `items` under HeadGate(truth_gates(scores,
-    mode, alpha), site) for every (mode, site, alpha). alpha 0 is the ungated baseline (computed once).
+    mode, alpha, rebase=rebase), site) for every (mode, site, alpha). alpha 0 is the ungated baseline (computed
+    once). rebase="layer_mean" keeps every layer's mean gate at 1 (deep models; see interventions.head_gate).
     Returns a DataFrame: score_source, mode, site, alpha, context_acc (+ Wilson CI), memory_rate, other_rate,
     gate_min, gate_max, n_negative."""
     import pandas as pd
@@ -66,7 +67,7 @@ def gating_sweep(model, items, scores, *, modes: Sequence[str] = ("normalize", "
     for mode in modes:
         for site in sites:
             for alpha in alphas:
-                g = truth_gates(s, mode, alpha, n_layers=model.n_layers, n_heads=model.n_heads)
+                g = truth_gates(s, mode, alpha, n_layers=model.n_layers, n_heads=model.n_heads, rebase=rebase)
                 if float(alpha) == 0.0 and base is not None:
                     res = base
                 else:
@@ -80,6 +81,7 @@ def gating_sweep(model, items, scores, *, modes: Sequence[str] = ("normalize", "
                         base = res
                 lo, hi = binomial_ci(res["context_acc"], res["n"])
                 rows.append({"score_source": score_source, "mode": mode, "site": site, "alpha": float(alpha),
+                             "rebase": rebase,
                              "context_acc": res["context_acc"], "context_acc_lo": lo, "context_acc_hi": hi,
                              "memory_rate": res["memory_rate"], "other_rate": res["other_rate"], "n": res["n"],
                              **gate_summary(g)})

@@ -279,7 +279,7 @@ def gating_study(target, source=None, *, score_source: str = "self", recipe: Pro
                  target_fmt: str = "chat", source_fmt: str = "raw", n_samples: int = 292, data_seed: int = 0,
                  n_eval: int = 256, eval_seed: int = 1, eval_k_min: int = 3, eval_k_max: int = 6,
                  modes: Sequence[str] = ("normalize", "contrast"), sites: Sequence[str] = ("z", "attn_out_chunks"),
-                 alphas: Sequence[float] = (0, 0.1, 0.3, 1, 2, 4, 6)) -> GatingSweep:
+                 alphas: Sequence[float] = (0, 0.1, 0.3, 1, 2, 4, 6), rebase: str = "none") -> GatingSweep:
     """Score `source` (None: the target itself, on target_fmt prompts) on CtxMem verification, then sweep gates
     from its map over (mode, site, alpha) on the target's counterfactual generation (`gating_sweep`)."""
     from interplab.probes.truth.analysis import gating_sweep
@@ -296,5 +296,5 @@ def gating_study(target, source=None, *, score_source: str = "self", recipe: Pro
     evals = ctxmem_counterfactual_set(n_eval, seed=eval_seed, fmt=target_fmt, k_min=eval_k_min, k_max=eval_k_max)
     label = "self" if own else score_source
     df = gating_sweep(target, evals, ts, modes=tuple(modes), sites=tuple(sites), alphas=[float(a) for a in alphas],
-                      score_source=label)
+                      score_source=label, rebase=rebase)
     return GatingSweep(source_scores=ts, table=df, score_source=label)

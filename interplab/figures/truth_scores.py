@@ -23,17 +23,18 @@ def _scores(x) -> np.ndarray:
     return np.asarray(getattr(x, "scores", x), dtype=np.float64)
 
 
-def score_heatmap(ts, *, view: str = "raw", mode: str = "normalize", alpha: float = 1.0,
+def score_heatmap(ts, *, view: str = "raw", mode: str = "normalize", alpha: float = 1.0, rebase: str = "none",
                   title: str | None = None) -> go.Figure:
     """Layer x head heatmap of a Truth-Score map. view: "raw" (accuracy), "normalized" (per-layer min-max) or
-    "gates" (truth_gates(mode, alpha), diverging at 1, negative gates outlined). Hover: S, fold std, rank, gate."""
+    "gates" (truth_gates(mode, alpha, rebase=rebase), diverging at 1, negative gates outlined). Hover: S, fold std,
+    rank, gate."""
     from interplab.interventions.head_gate import truth_gates
 
     s = _scores(ts)
     L, H = s.shape
     std = ts.fold_std if hasattr(ts, "fold_std") else np.zeros_like(s)
     rank = TruthScores.from_array(s).rank()
-    gates = truth_gates(s, mode, alpha)
+    gates = truth_gates(s, mode, alpha, rebase=rebase)
     custom = np.stack([s, std, rank, gates], -1)
     if view == "raw":
         z, cs, zmid, cbar = s, SEQUENTIAL, None, "S"

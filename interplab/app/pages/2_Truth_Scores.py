@@ -12,9 +12,10 @@ import streamlit as st
 st.set_page_config(page_title="interplab · Truth Scores", page_icon=":microscope:", layout="wide")
 
 from interplab.app.widgets import model_picker, require_model, saved_result, show_figure  # noqa: E402
-from interplab.core.errors import InterplabError  # noqa: E402
+from interplab.core.errors import ConfigError, InterplabError  # noqa: E402
 from interplab.figures import truth_scores as F  # noqa: E402
-from interplab.interventions.head_gate import GATE_SITES, HeadGate, gate_summary, truth_gates  # noqa: E402
+from interplab.interventions.head_gate import (GATE_REBASES, GATE_SITES, HeadGate, gate_summary,  # noqa: E402
+                                               truth_gates)
 from interplab.probes.truth import (RELEASED_PAIRS, correlation_matrix, evidence_summary,  # noqa: E402
                                     gating_sweep, lineage_correlation, load_released_maps, per_layer_correlation)
 
@@ -99,13 +100,20 @@ else:
     current, em_cur = released[pick], None
 
 if current is not None:
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3, c4 = st.columns(4)
     view = c1.radio("View", ["raw", "normalized", "gates"], horizontal=True, key="ts_view")
     mode = c2.selectbox("Gate mode", ["normalize", "contrast", "legacy_amplify", "raw", "inverse_baseline"],
                         key="ts_mode")
     alpha = c3.number_input("α", 0.0, 20.0, 1.0, step=0.1, key="ts_alpha")
-    show_figure(F.score_heatmap(current, view=view, mode=mode, alpha=alpha), key="ts_heatmap")
-    g = truth_gates(current, mode, alpha)
+    rebase = c4.selectbox("Rebase", list(GATE_REBASES), key="ts_rebase",
+                          help="layer_mean divides each layer's gates by their mean (deep and real models; "
+                               "docs/real_models.md)")
+    try:
+        g = truth_gates(current, mode, alpha, rebase=rebase)
+    except ConfigError as e:  # e.g. a layer whose gates average to 0 cannot be rebased
+        st.error(f"{e} Showing the gates without rebasing.")
+        g, rebase = truth_gates(current, mode, alpha), "none"
+    show_figure(F.score_heatmap(current, view=view, mode=mode, alpha=alpha, rebase=rebase), key="ts_heatmap")
     s = gate_summary(g)
     if s["n_negative"]:
         st.warning(f"{s['n_negative']} negative gates (min {s['gate_min']:.3f}): they flip those heads' sign "
@@ -205,14 +213,15 @@ else:
         t_map = st.selectbox("Score map", list(fits), index=len(fits) - 1, key="ts_try_map")
         default_prompt = "ctx e1 v5 e7 v2 e3 v9 q e7 ans"
         prompt = st.text_area("Prompt", default_prompt, key="ts_prompt")
-        c1, c2, c3, c4 = st.columns(4)
+        c1, c2, c3, c4, c5 = st.columns(5)
         t_mode = c1.selectbox("mode", ["contrast", "normalize"], key="ts_try_mode")
         t_alpha = c2.number_input("α", 0.0, 20.0, 2.0, step=0.1, key="ts_try_alpha")
         t_site = c3.selectbox("site", list(GATE_SITES), key="ts_try_site")
         t_new = c4.number_input("new tokens", 1, 64, 4, key="ts_try_new")
+        t_rebase = c5.selectbox("rebase", list(GATE_REBASES), key="ts_try_rebase")
         if st.button("Generate", key="ts_try_go"):
             try:
-                g = truth_gates(fits[t_map], t_mode, t_alpha, n_layers=want[0], n_heads=want[1])
+                g = truth_gates(fits[t_map], t_mode, t_alpha, n_layers=want[0], n_heads=want[1], rebase=t_rebase)
                 import warnings
 
                 with warnings.catch_warnings():

@@ -79,12 +79,19 @@ def cmd_app(args) -> int:
 def _print_experiments() -> None:
     from interplab.experiments.registry import discovery_errors, list_experiments
 
-    exps = list_experiments()
+    from interplab.methods import methods
+
+    exps = {e.name: e for e in list_experiments()}
     if not exps:
         print("no experiments registered")
-    width = max((len(e.name) for e in exps), default=0)
-    for e in exps:
-        print(f"{e.name.ljust(width)}  {e.help}")
+    width = max((len(n) for n in exps), default=0)
+    groups = [(f"{m.title} ({m.name}): {m.summary}", [n for n in m.experiments if n in exps]) for m in methods()]
+    claimed = {n for _, names in groups for n in names}
+    groups.append(("lenses, atlas and models", [n for n in exps if n not in claimed]))
+    for i, (head, names) in enumerate(g for g in groups if g[1]):
+        print(("\n" if i else "") + head)
+        for n in sorted(names):
+            print(f"  {n.ljust(width)}  {exps[n].help}")
     errs = discovery_errors()
     if errs:
         print("\nmodules that failed to import (their experiments are missing):", file=sys.stderr)

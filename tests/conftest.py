@@ -96,6 +96,10 @@ def _verdict_stability_knobs() -> None:
 
 
 _verdict_stability_knobs()
+if os.environ.get("INTERPLAB_OUTPUT_SNAPSHOT"):  # before/after digests of every run's numbers (tests/output_snapshot.py)
+    from tests.output_snapshot import install as _install_snapshot
+
+    _install_snapshot(os.environ["INTERPLAB_OUTPUT_SNAPSHOT"])
 
 ARCHS = ("gpt2", "llama", "qwen2", "mistral")
 

@@ -14,11 +14,17 @@ import streamlit as st
 
 from interplab.core.errors import InterplabError
 
-__all__ = ["data_box", "run_with_data", "EXPERIMENT_OF"]
+__all__ = ["data_box", "run_with_data", "experiment_of"]
 
-#: method -> the experiment its data box runs
-EXPERIMENT_OF = {"truth": "truth-scores", "decodeshare": "decodeshare", "crh": "crh-toy", "sae": "sae-train",
-                 "hyperfit": "hyperfit-geometry"}
+
+def experiment_of(method: str) -> str:
+    """The experiment `method`'s data box runs (its `MethodSpec.data.experiment`)."""
+    from interplab.methods import get_method
+
+    spec = get_method(method)
+    if spec.data is None or not spec.data.experiment:
+        raise InterplabError(f"method {method!r} declares no user-data experiment")
+    return spec.data.experiment
 
 
 def _save_upload(up) -> Path:
@@ -62,7 +68,7 @@ def run_with_data(method: str, path: str, key: str, overrides: Mapping[str, obje
     """A button running the method's experiment with data=path (+ overrides); shows the run folder."""
     from interplab.experiments.registry import run_experiment
 
-    name = EXPERIMENT_OF[method]
+    name = experiment_of(method)
     if not st.button(f"Run `{name}` on this file", key=f"{key}_run", disabled=not path):
         return None
     try:

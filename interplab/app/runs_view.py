@@ -12,20 +12,26 @@ __all__ = ["REOPEN_KEY", "METHOD_PAGES", "method_page", "run_label", "download_s
            "reopened_run_id", "show_reopened_run", "show_run"]
 
 REOPEN_KEY = "reopen_run"
-# experiment kind prefix -> the method page that shows it
-METHOD_PAGES = {
-    "next-token": "pages/1_Models.py",
-    "truth-": "pages/2_Truth_Scores.py",
-    "decodeshare": "pages/3_DecodeShare.py",
-    "crh-": "pages/4_CRH.py",
-    "pcfg-": "pages/5_PCFG.py",
-    "hyperfit-": "pages/6_Layer_Geometry.py",
-    "sae-": "pages/7_SAE_Training.py",
-}
+
+
+def method_pages_by_prefix() -> dict[str, str]:
+    """experiment kind prefix -> the page that shows it: the Models page's, then each method page's `reopens`."""
+    from interplab.methods import method_pages
+
+    out = {"next-token": "pages/1_Models.py"}
+    for _, page in method_pages():
+        out.update({prefix: page.file for prefix in page.reopens})
+    return out
+
+
+def __getattr__(name: str):
+    if name == "METHOD_PAGES":
+        return method_pages_by_prefix()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def method_page(kind: str) -> str | None:
-    for prefix, page in METHOD_PAGES.items():
+    for prefix, page in method_pages_by_prefix().items():
         if kind == prefix or kind.startswith(prefix):
             return page
     return None

@@ -24,39 +24,43 @@ from interplab.data.files import preview, read_records, require_columns, shuffle
 __all__ = ["USER_COLUMNS", "OPTIONAL_COLUMNS", "METHODS", "check_user_file", "user_records", "parse_choices",
            "describe_columns"]
 
-USER_COLUMNS: dict[str, tuple] = {
-    "truth": ("text", "label"),
-    "decodeshare": ("task", "prompt", "answer"),
-    "crh": ("concept", "question", "resp_no_concept", "resp_with_concept"),
-    "sae": ("messages",),
-    "hyperfit": ("text",),
-}
-OPTIONAL_COLUMNS: dict[str, tuple] = {
-    "truth": (), "decodeshare": ("choices", "split"), "crh": ("qid", "cid", "concept_words"),
-    "sae": ("user", "assistant", "system", "split"), "hyperfit": ("split",),
-}
-METHODS = tuple(USER_COLUMNS)
+def _specs() -> dict:
+    """The methods that take a user file (their `MethodSpec.data`), by name: the one declaration of their columns."""
+    from interplab.methods import methods
+
+    return {m.name: m.data for m in methods() if m.data is not None}
+
+
+def __getattr__(name: str):
+    # computed on access, so a method plugged in after this import (INTERPLAB_METHODS) is included
+    if name == "USER_COLUMNS":
+        return {k: d.columns for k, d in _specs().items()}
+    if name == "OPTIONAL_COLUMNS":
+        return {k: d.optional for k, d in _specs().items()}
+    if name == "METHODS":
+        return tuple(_specs())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def describe_columns(method: str) -> str:
     """One line naming the columns of `method`'s user file (for help texts and errors)."""
-    _check_method(method)
-    req = ", ".join(USER_COLUMNS[method])
-    if method == "sae":
-        req = "messages (JSONL) or user, assistant (CSV)"
-    opt = ", ".join(OPTIONAL_COLUMNS[method])
+    spec = _check_method(method)
+    req = spec.describe or ", ".join(spec.columns)
+    opt = ", ".join(spec.optional)
     return f"required: {req}" + (f"; optional: {opt}" if opt else "")
 
 
-def _check_method(method: str) -> None:
-    if method not in USER_COLUMNS:
-        raise ConfigError(f"unknown method {method!r}; user files exist for {list(USER_COLUMNS)}")
+def _check_method(method: str):
+    specs = _specs()
+    if method not in specs:
+        raise ConfigError(f"unknown method {method!r}; user files exist for {list(specs)}")
+    return specs[method]
 
 
 def _required(method: str, columns) -> tuple:
     if method == "sae" and "messages" not in columns and {"user", "assistant"} & set(columns):
         return ("user", "assistant")
-    return USER_COLUMNS[method]
+    return _specs()[method].columns
 
 
 def check_user_file(method: str, path, n: int = 5):

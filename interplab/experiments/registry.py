@@ -92,23 +92,25 @@ def register_experiment(name: str, *, config: type, help: str):
 
 
 def discover(force: bool = False) -> dict[str, str]:
-    """Import every module of `interplab.experiments` (except the registry). Returns {module: error} for
-    modules that failed to import; they are skipped with a warning so one broken module cannot hide the rest."""
+    """Import every module of `interplab.experiments` (except the registry), then every method's declared
+    `experiment_modules` (a plugged-in method's live outside this package). Returns {module: error} for modules
+    that failed to import; they are skipped with a warning so one broken module cannot hide the rest."""
     global _DISCOVERED
     if _DISCOVERED and not force:
         return dict(_DISCOVERY_ERRORS)
     import interplab.experiments as pkg
+    from interplab.methods import methods
 
-    for info in pkgutil.iter_modules(pkg.__path__, prefix=pkg.__name__ + "."):
-        short = info.name.rsplit(".", 1)[-1]
-        if short == "registry" or short.startswith("_"):
-            continue
+    names = [i.name for i in pkgutil.iter_modules(pkg.__path__, prefix=pkg.__name__ + ".")
+             if not (i.name.rsplit(".", 1)[-1] == "registry" or i.name.rsplit(".", 1)[-1].startswith("_"))]
+    names += [m for spec in methods() for m in spec.experiment_modules if m not in names]
+    for name in names:
         try:
-            importlib.import_module(info.name)
-            _DISCOVERY_ERRORS.pop(info.name, None)
+            importlib.import_module(name)
+            _DISCOVERY_ERRORS.pop(name, None)
         except Exception as exc:  # noqa: BLE001 - report, do not crash the CLI
-            _DISCOVERY_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
-            warnings.warn(f"interplab: could not import experiment module {info.name}: {exc}", RuntimeWarning,
+            _DISCOVERY_ERRORS[name] = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"interplab: could not import experiment module {name}: {exc}", RuntimeWarning,
                           stacklevel=2)
     _DISCOVERED = True
     return dict(_DISCOVERY_ERRORS)

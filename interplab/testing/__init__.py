@@ -158,25 +158,30 @@ def _seeded_random_model(cfg, *, seed: int, dtype):
 
 # Minimal settings of every method's main experiment on a checkpoint directory ({m}); {dtype}/{device} where the
 # experiment has those fields. Used by the real-size test and scripts/gpu_check.py: results are meaningless on
-# random weights, the point is that each runs end to end at real size.
-SMOKE_EXPERIMENTS = {
-    "next-token": ["model={m}", "prompt=the cat and the dog see the", "dtype={dtype}", "device={device}"],
-    "truth-scores": ["model={m}", "n_samples=16", "folds=2", "epochs=5", "ablation=false"],
-    "decodeshare": ["model={m}", "dtype={dtype}", "tasks=copy,inc", "alphas=1.0", "steer_scales=1.0",
-                    "n_calib=4", "n_eval=2", "calib_max_new_tokens=4",
-                    "eval_max_new_tokens=3", "null_perm_B=10", "null_rot_B=2", "n_boot=50", "batch_size=4"],
-    "crh-toy": ["model={m}", "concepts=animal,color,food", "n_train=8", "n_test=4", "n_strengths=2", "n_p=3",
-                "n_bins=4", "n_perm=10", "max_new_tokens=4", "max_rows=32"],
-    "hyperfit-geometry": ["base={m}", "targets={m}", "n_prompts=4", "context_tokens=8", "new_tokens=8", "n_texts=8",
-                          "batch_size=4", "max_tokens=16"],
-    "sae-train": ["model={m}", "site=resid_post.1", "steps=5", "n_train=16", "n_eval=8", "batch_tokens=32",
-                  "context_size=16"],
-}
+# random weights, the point is that each runs end to end at real size. The methods' own come from their
+# declarations (`MethodSpec.smoke`); next-token belongs to no method.
+NEXT_TOKEN_SMOKE = ("model={m}", "prompt=the cat and the dog see the", "dtype={dtype}", "device={device}")
+
+
+def smoke_experiments() -> dict[str, tuple[str, ...]]:
+    """experiment -> its `key=value` templates: next-token, then every method's (`interplab.methods`)."""
+    from interplab.methods import methods
+
+    out = {"next-token": NEXT_TOKEN_SMOKE}
+    for spec in methods():
+        out.update(spec.smoke)
+    return out
+
+
+def __getattr__(name: str):
+    if name == "SMOKE_EXPERIMENTS":  # computed on access: includes methods plugged in after this import
+        return smoke_experiments()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def smoke_experiment_args(name: str, model_dir, *, dtype: str = "float32", device: str = "cpu") -> list[str]:
     """`--set key=value` arguments of experiment `name`'s minimal settings on `model_dir`."""
-    sets = [s.format(m=model_dir, dtype=dtype, device=device) for s in SMOKE_EXPERIMENTS[name]]
+    sets = [s.format(m=model_dir, dtype=dtype, device=device) for s in smoke_experiments()[name]]
     return [a for s in sets for a in ("--set", s)]
 
 

@@ -91,7 +91,7 @@ class Recipe:
     @property
     def path(self) -> Path | None:
         """The checkpoint directory used for this organism, or None when it is not built."""
-        from interplab.zoo.resolve import find
+        from interplab.models.zoo_dirs import find  # not zoo.resolve, which imports this module
 
         return find(self.name)
 

@@ -112,8 +112,7 @@ def test_every_button(page):
                     seen.add(k)
                     queue.append((path + (key,), k))
     # the pages that have buttons with their defaults really offered them (a page that stopped early would not)
-    expected = {"3_DecodeShare.py": {"ds_run", "ds_pb_run"}, "5_PCFG.py": {"pcfg_eval_btn", "pcfg_probe_btn",
-                                                                          "pcfg_cm_btn"},
-                "6_Layer_Geometry.py": {"geo_more"}, "7_SAE_Training.py": {"sae_train_btn"},
-                "8_Feature_Browser.py": {"fb_compute", "fb_generate"}}
+    from interplab.app.navigation import app_pages
+
+    expected = {Path(p.file).name: set(p.buttons) for p in app_pages() if p.buttons}  # declared with each page
     assert expected.get(page, set()) <= seen, f"{page}: expected buttons {expected.get(page)} among {seen}"

@@ -19,24 +19,15 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason=f"needs the system Chromium at {CHROMIUM}"),
 ]
 WIDTH, HEIGHT = 1280, 2400
-# (url path, the page's default action: the label of the button a newcomer presses first, or None)
-PAGES = [
-    ("", None),
-    ("Models", None),
-    ("Truth_Scores", None),
-    ("DecodeShare", None),
-    ("CRH", None),
-    ("PCFG", "Evaluate KL by position"),
-    ("Layer_Geometry", "Compute rank reordering, temperature control and generations"),
-    ("SAE_Training", None),
-    ("Feature_Browser", "Compute feature statistics"),
-    ("Runs", None),
-    ("Patching", "Run patching"),
-    ("Logit_Lens", None),
-    ("Attention", None),
-    ("Direction", "Build dashboard"),
-    ("Atlas", "Build atlas"),
-]
+# (url path, the page's default action: the label of the button a newcomer presses first, or None), Home first,
+# then every page of the app's one page list (tool pages and each method's, interplab.app.navigation)
+def _pages():
+    from interplab.app.navigation import app_pages
+
+    return [("", None)] + [(p.url_path, p.first_button or None) for p in app_pages()]
+
+
+PAGES = _pages()
 
 
 def _after():
@@ -141,9 +132,14 @@ def _drawn(page) -> None:
 
 
 def test_every_page_is_screenshot():
-    """A new page cannot skip the layout check: PAGES names every file of interplab/app/pages."""
+    """A new page cannot skip the layout check: every file of interplab/app/pages is in the app's page list (and so
+    in PAGES), and every listed page exists."""
+    from interplab.app.navigation import app_pages, page_path
+
     pages = Path(__file__).resolve().parents[2] / "interplab" / "app" / "pages"
-    assert sorted(p for p, _ in PAGES if p) == sorted(f.stem.split("_", 1)[1] for f in pages.glob("*.py"))
+    assert {page_path(p).resolve() for p in app_pages()} >= {f.resolve() for f in pages.glob("*.py")}
+    assert all(page_path(p).is_file() for p in app_pages())
+    assert sorted(p for p, _ in PAGES if p) == sorted(p.url_path for p in app_pages())
 
 
 def test_screenshots_of_every_page(app_server, tmp_path):

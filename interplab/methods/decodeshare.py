@@ -1,0 +1,26 @@
+"""DecodeShare (spec decodeshare.md): the task-shared subspace of decode-time states, removed only while decoding."""
+from interplab.methods import DataSpec, MethodSpec, PageSpec
+
+METHOD = MethodSpec(
+    name="decodeshare",
+    title="DecodeShare",
+    summary="the task-shared subspace of KV-cached decode states, decode-only removal against prefill and random "
+            "controls",
+    package="interplab.probes.decodeshare",
+    experiment_modules=("interplab.experiments.decodeshare", "interplab.experiments.validation"),
+    experiments=("decodeshare", "decodeshare-layers", "validate-decodeshare"),
+    figures="interplab.figures.decodeshare",
+    pages=(PageSpec(
+        "pages/3_DecodeShare.py", "DecodeShare",
+        "The task-shared subspace of decode-time (KV-cached) states: estimate it across tasks, project it out only "
+        "while decoding, and compare against prefill-only and random-subspace controls; overlap with steering "
+        "directions.",
+        buttons=("ds_run", "ds_pb_run"), reopens=("decodeshare",)),),
+    doc="docs/decodeshare.md",
+    tests="tests/decodeshare",
+    data=DataSpec(("task", "prompt", "answer"), ("choices", "split"), experiment="decodeshare"),
+    smoke={"decodeshare": ("model={m}", "dtype={dtype}", "tasks=copy,inc", "alphas=1.0", "steer_scales=1.0",
+                           "n_calib=4", "n_eval=2", "calib_max_new_tokens=4", "eval_max_new_tokens=3",
+                           "null_perm_B=10", "null_rot_B=2", "n_boot=50", "batch_size=4")},
+    atlas="interplab.probes.decodeshare.atlas_part:PART",
+)

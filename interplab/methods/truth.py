@@ -1,0 +1,24 @@
+"""Truth Scores (spec truth_scores.md): per-head context-truthfulness probes, lineage, TruthProbe gating."""
+from interplab.methods import DataSpec, MethodSpec, PageSpec
+
+METHOD = MethodSpec(
+    name="truth",
+    title="Truth Scores",
+    summary="per-head context-truthfulness probes, their inheritance across lineages, TruthProbe head gating",
+    package="interplab.probes.truth",
+    experiment_modules=("interplab.experiments.truth_scores", "interplab.experiments.validation"),
+    experiments=("truth-scores", "truth-lineage", "truth-released-lineage", "truth-gating-sweep",
+                 "validate-truth-scores"),
+    figures="interplab.figures.truth_scores",
+    pages=(PageSpec(
+        "pages/2_Truth_Scores.py", "Truth Scores",
+        "Per-head probes of context truthfulness: one logistic probe per (layer, head) trained in a single batched "
+        "fit, the resulting score map, how the scores carry over between related models (inheritance across a "
+        "lineage), and soft gating of the truthful heads during generation.",
+        reopens=("truth-",)),),
+    doc="docs/truth_scores.md",
+    tests="tests/truth_scores",
+    data=DataSpec(("text", "label"), (), experiment="truth-scores"),
+    smoke={"truth-scores": ("model={m}", "n_samples=16", "folds=2", "epochs=5", "ablation=false")},
+    atlas="interplab.probes.truth.atlas_part:PART",
+)

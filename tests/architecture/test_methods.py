@@ -1,0 +1,76 @@
+"""Issue 26: every method is declared once (interplab.methods) and has all its parts: API package, figures,
+experiments registered by the declared modules, pages, docs and tests. Every experiment and every app page belongs
+to exactly one method or is one of the tool pages / experiments (lenses, atlas, models, runs)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import interplab.methods as M
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL_EXPERIMENTS = {"atlas", "logit-lens", "next-token", "patching"}
+
+
+@pytest.fixture(autouse=True)
+def builtins_only(monkeypatch):
+    monkeypatch.delenv(M.PLUGIN_ENV, raising=False)
+    M.reset()
+    yield
+    M.reset()
+
+
+@pytest.mark.parametrize("name", ["truth", "decodeshare", "crh", "pcfg", "hyperfit", "sae"])
+def test_every_method_has_its_parts(name):
+    from interplab.app.navigation import page_path
+    from interplab.experiments.registry import get_experiment
+
+    spec = M.get_method(name)
+    M.resolve(spec.package)
+    M.resolve(spec.figures)
+    for exp in spec.experiments:
+        assert get_experiment(exp).module in spec.experiment_modules, f"{exp} is registered outside {name}'s modules"
+    for page in spec.pages:
+        assert page_path(page).is_file(), page.file
+    assert (ROOT / spec.doc).is_file(), spec.doc
+    assert list((ROOT / spec.tests).glob("test_*.py")), f"{spec.tests} holds no tests"
+    if spec.atlas:
+        M.resolve(spec.atlas)
+
+
+def test_every_experiment_and_page_belongs_to_one_method_or_the_tools():
+    from interplab.app.navigation import TOOL_PAGES, page_path
+    from interplab.experiments.registry import list_experiments
+
+    owners: dict[str, list[str]] = {}
+    for spec in M.methods():
+        for exp in spec.experiments:
+            owners.setdefault(exp, []).append(spec.name)
+    registered = {e.name for e in list_experiments()}
+    assert {e for e, o in owners.items() if len(o) > 1} == set()
+    assert registered - set(owners) == TOOL_EXPERIMENTS
+    assert set(owners) <= registered
+    pages = [page_path(p).resolve() for p in TOOL_PAGES] + [page_path(p).resolve() for _, p in M.method_pages()]
+    assert len(pages) == len(set(pages))
+    assert set(pages) == {f.resolve() for f in (ROOT / "interplab" / "app" / "pages").glob("*.py")}
+
+
+def test_architecture_doc_has_a_row_per_method():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    for spec in M.methods():
+        assert f"| `{spec.name}` |" in text, f"docs/architecture.md has no row for {spec.name}"
+
+
+@pytest.mark.parametrize("public, real", [("load_model", "interplab.models.loading:load_model"),
+                                          ("harvest", "interplab.models.harvest:harvest")])
+def test_the_lazy_entry_points_show_every_option(public, real):
+    """`interplab.load_model` / `harvest` import torch lazily; their signatures must equal the real functions'."""
+    import inspect
+
+    import interplab
+
+    def shape(fn):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert shape(getattr(interplab, public)) == shape(M.resolve(real))

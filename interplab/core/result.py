@@ -42,6 +42,12 @@ class Result:
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
+        old = _KINDS.get(cls.__name__)
+        # a saved result names its class by `kind` alone, so two classes of one name would load each other's files;
+        # the same class defined again (a reloaded module) replaces itself
+        if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ResultsError(f"result class name {cls.__name__!r} is taken by {old.__module__}.{old.__qualname__}; "
+                               f"rename {cls.__module__}.{cls.__qualname__} (results are found by class name)")
         _KINDS[cls.__name__] = cls
 
     # ------------------------------------------------------------------ save

@@ -120,3 +120,43 @@ def test_a_saved_result_loads_without_its_class_imported(tmp_path):
     (d / "result.json").write_text(json.dumps(meta))
     with pytest.raises(ResultsError, match="not a known result class"):
         Result.load_any(d)
+
+
+def test_a_second_result_class_of_a_taken_name_is_refused():
+    """Saved results are found by class name: a second class of the same name (another module) would load the
+    first's files, so defining it raises; the same class redefined (a reloaded module) replaces itself."""
+    import dataclasses
+    import types
+
+    from interplab.core.errors import ResultsError
+    from interplab.core.result import Result, result_kinds
+
+    def define(module: str):
+        ns = types.new_class("RepeatedKindForTest", (Result,), exec_body=lambda d: d.update(
+            {"__module__": module, "__annotations__": {"x": int}}))
+        return dataclasses.dataclass(ns)
+
+    first = define("tests.first_module")
+    assert result_kinds()["RepeatedKindForTest"] is first
+    with pytest.raises(ResultsError, match="is taken by tests.first_module"):
+        define("tests.second_module")
+    again = define("tests.first_module")
+    assert result_kinds()["RepeatedKindForTest"] is again
+
+
+def test_shipped_results_load_without_importing_their_classes():
+    """Every result interplab ships under results/ records its module, so `load_any` finds the class itself (pages
+    no longer import result classes just to register them)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    files = sorted((root / "results").rglob("result.json"))
+    assert files and all("module" in json.loads(f.read_text()) for f in files)
+    code = ("import sys; from interplab.core.result import Result\n"
+            "for d in sys.argv[1:]: print(type(Result.load_any(d)).__name__)")
+    out = subprocess.run([sys.executable, "-c", code, *[str(f.parent) for f in files]], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == [json.loads(f.read_text())["kind"] for f in files]

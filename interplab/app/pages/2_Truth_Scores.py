@@ -243,7 +243,6 @@ st.header("6 · Validation: planted evidence heads")
 st.caption("An organism built by construction (zoo.validation.truth_scores) whose designated heads, and only those, "
            "carry the verdict. `interplab run validate-truth-scores` runs the unchanged method on it and scores "
            "recovery against the planted heads, with shuffled-label and other-heads negative controls.")
-from interplab.probes.truth.validation import TruthValidation  # noqa: E402,F401 - registers the result class
 
 val = saved_result("validate-truth-scores", "validation", "ts_val_run", label="Saved validation run")
 if val is not None:

@@ -38,7 +38,6 @@ with st.expander("Validation: a planted shared decode-time subspace (`validate-d
                "decode-only removal against alpha-/k-/energy-matched-Haar/top-variance controls and the "
                "prefill-estimated subspace (negative control).")
     from interplab.figures.decodeshare import validation_bars
-    from interplab.probes.decodeshare.validation import DecodeShareValidation  # noqa: F401 - registers it
 
     val = saved_result("validate-decodeshare", "validation", "ds_val_run", label="Saved validation run",
                        hint=" (about 30 s on CPU)")

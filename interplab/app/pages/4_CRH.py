@@ -33,7 +33,6 @@ with st.expander("Validation: a planted cylinder and sector detector (`validate-
                "Implications 1–3) and scores axis, plane, sector centre and sector-map recovery, against a "
                "sector-blind organism and a rotated-plane control (both must fail).")
     from interplab.figures.crh import validation_sector_maps
-    from interplab.probes.crh.validation import CrhValidation  # noqa: F401 - registers the result class
 
     val = saved_result("validate-crh", "validation", "crh_val_run", label="Saved validation run",
                        hint=" (a few minutes on CPU)")

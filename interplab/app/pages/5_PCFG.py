@@ -276,7 +276,6 @@ st.caption("The `pcfg-depth-sweep` experiment: organisms of 1–8 layers × 3 tr
            "grammar, all trained for the same number of steps; KL vs depth with a t interval over seeds and the l*(ℓ) slope "
            "per depth with a t interval over the per-seed slopes (docs/pcfg.md). Reads a saved run; trains nothing.")
 from interplab.app.widgets import saved_result  # noqa: E402
-from interplab.probes.pcfg import DepthSeedSweep  # noqa: E402,F401 - registers the result class
 
 sweep = saved_result("pcfg-depth-sweep", "sweep", "pcfg_sweep_run", label="Saved depth-sweep run",
                      hint=" (about half an hour on one CPU thread; `--set steps=...` to change the budget)")

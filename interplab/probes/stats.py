@@ -9,7 +9,7 @@ import numpy as np
 from interplab.core.errors import ShapeError
 
 __all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "t_interval", "intervals", "slope_interval",
-           "paired_signflip_test", "permutation_p", "spearman_interval"]
+           "paired_signflip_test", "permutation_p", "spearman_interval", "wilson_interval", "normal_sf"]
 
 
 def pearson(a, b) -> np.ndarray:
@@ -175,3 +175,21 @@ def spearman_interval(a, b, *, B: int = 2000, n_perm: int = 2000, level: float =
     null = pearson(rankdata(x)[None], ry[perm])
     return {"rho": rho, "lo": float(lo), "hi": float(hi), "p": permutation_p(rho, null, alternative="two-sided"),
             "n": int(x.size)}
+
+
+def wilson_interval(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval (lo, hi) for a proportion p observed on n trials; (nan, nan) for n = 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    den = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / den
+    h = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return float(c - h), float(c + h)
+
+
+def normal_sf(z) -> np.ndarray:
+    """One-sided standard-normal survival P(Z > |z|), elementwise, from math.erfc (no scipy): the two-sided p of a
+    z statistic is 2 * normal_sf(z)."""
+    import math
+
+    return np.array([0.5 * math.erfc(abs(v) / math.sqrt(2)) for v in np.ravel(z)]).reshape(np.shape(z))

@@ -11,7 +11,7 @@ from interplab.core.errors import ConfigError, DataError, ShapeError
 from interplab.core.result import Result
 from interplab.probes.crh.cylinder import _as_2d
 from interplab.probes.crh.sectors import _check_labels
-from interplab.probes.stats import pearson
+from interplab.probes.stats import normal_sf, pearson
 
 
 # ---------------------------------------------------------------------------------------- Implication 3 (pairwise)
@@ -151,8 +151,6 @@ class TrigLawScan(Result):
         return df
 
 
-def _norm_sf(z):
-    return np.array([0.5 * math.erfc(abs(v) / math.sqrt(2)) for v in np.ravel(z)]).reshape(np.shape(z))
 
 
 def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float = 10.0, a_step: float = 0.05,
@@ -206,7 +204,7 @@ def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float
         if n_perm:
             perm_max = np.fmax(perm_max, np.nanmax(np.where(np.isnan(R[:, 1:]), -np.inf, R[:, 1:]), axis=0))
     z = np.arctanh(np.clip(r_max, -0.999999, 0.999999)) * math.sqrt(max(n - 3, 1))
-    pv = np.where(np.isnan(r_max), np.nan, 2 * _norm_sf(np.nan_to_num(z)))
+    pv = np.where(np.isnan(r_max), np.nan, 2 * normal_sf(np.nan_to_num(z)))
     if np.all(np.isnan(r_max)):
         raise DataError("no (a, p) grid point gave a finite correlation (constant steerability?)")
     gi = int(np.nanargmax(r_max))

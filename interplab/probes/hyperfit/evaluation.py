@@ -12,7 +12,7 @@ import numpy as np
 from interplab.core.errors import ConfigError, InputError
 from interplab.core.result import Result
 from interplab.probes.hyperfit.repetition import generation_metrics
-from interplab.probes.stats import intervals
+from interplab.probes.stats import intervals, spearman
 from interplab.probes.hyperfit.inputs import context_prompts, generate_continuations, teacher_forced_logits
 from interplab.probes.hyperfit.ranks import base_ranks_of, compare_teacher_forced, static_delta
 from interplab.probes.hyperfit.temperature import (TemperatureMatch, entropy, match_temperature,
@@ -153,8 +153,8 @@ def _spearman(sweep) -> dict:
     for suffix, part in (("", sweep), ("_le0.5", sweep[sweep["alpha"] <= 0.5] if len(sweep) else sweep)):
         if len(part) >= 3:
             for metric in ("ttr", "diversity", "rep2"):
-                rho = part["alpha"].corr(part[metric], method="spearman")  # pandas' own (no scipy needed)
-                out[metric + suffix] = float(rho) if rho == rho else float("nan")
+                ok = part[["alpha", metric]].dropna()  # pairwise-complete, as pandas' corr was
+                out[metric + suffix] = spearman(ok["alpha"], ok[metric])
     return out
 
 

@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from interplab.core.errors import ConfigError
-from interplab.probes.stats import spearman
+from interplab.probes.stats import spearman, wilson_interval
 
 
 def evidence_summary(scores, em, *, k_frac: float = 0.25, n_boot: int = 1000, seed: int = 0):
@@ -36,14 +36,7 @@ def evidence_summary(scores, em, *, k_frac: float = 0.25, n_boot: int = 1000, se
     return pd.DataFrame(rows), spearman(s, e)
 
 
-def binomial_ci(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for a proportion."""
-    if n == 0:
-        return float("nan"), float("nan")
-    den = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / den
-    h = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return float(c - h), float(c + h)
+binomial_ci = wilson_interval  # the Wilson interval lives in probes/stats.py; this name stays for callers
 
 
 def gating_sweep(model, items, scores, *, modes: Sequence[str] = ("normalize", "contrast"),

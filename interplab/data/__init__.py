@@ -3,14 +3,10 @@ reading (`files`), dataset adapters (`adapters/`), answer scoring (`scoring`), u
 re-exported lazily."""
 from __future__ import annotations
 
-import importlib
+from interplab.core.lazy import LazyExports
 
-_EXPORTS: dict[str, str] = {}
-
-
-def _export(module: str, *names: str) -> None:
-    for n in names:
-        _EXPORTS[n] = f"interplab.data.{module}"
+_lazy = LazyExports(__name__)
+_export = _lazy.add
 
 
 _export("examples", "Example", "encode", "collate", "TaskMixture", "sample_examples", "is_heldout")
@@ -29,10 +25,7 @@ _export("user", "USER_COLUMNS", "check_user_file", "user_records")
 _export("scoring", "parse_halueval", "halueval_metrics", "parse_final_answer", "answer_correct")
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'interplab.data' has no attribute {name!r}")
+__getattr__, __dir__ = _lazy.hooks(globals())
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = _lazy.names()

@@ -4,19 +4,14 @@ Attributes are imported lazily so that `load_model` can reject a bad name before
 from interplab.models.checkpoints import validate_checkpoint, verify_checksums
 from interplab.models.loading import BACKENDS, load_model, wrap_hf_model
 
-_LAZY = {"LabModel": "interplab.models.lab_model", "Batch": "interplab.models.inputs",
-         "Cache": "interplab.models.outputs", "RunOutput": "interplab.models.outputs",
-         "GenerateOutput": "interplab.models.outputs", "harvest": "interplab.models.harvest",
-         "ActivationStore": "interplab.models.harvest", "InMemoryStore": "interplab.models.harvest",
-         "HarvestMismatchError": "interplab.models.harvest"}
+from interplab.core.lazy import LazyExports
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'interplab.models' has no attribute {name!r}")
+_lazy = LazyExports(__name__)
+_lazy.add("lab_model", "LabModel")
+_lazy.add("inputs", "Batch")
+_lazy.add("outputs", "Cache", "RunOutput", "GenerateOutput")
+_lazy.add("harvest", "harvest", "ActivationStore", "InMemoryStore", "HarvestMismatchError")
+__getattr__, __dir__ = _lazy.hooks(globals())
 
 
 __all__ = ["load_model", "wrap_hf_model", "LabModel", "Batch", "Cache", "RunOutput", "GenerateOutput", "BACKENDS",

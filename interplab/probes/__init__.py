@@ -2,14 +2,10 @@
 `from interplab.probes import truth_scores` imports only that method's module."""
 from __future__ import annotations
 
-import importlib
+from interplab.core.lazy import LazyExports
 
-_EXPORTS: dict[str, str] = {}
-
-
-def _export(module: str, *names: str) -> None:
-    for n in names:
-        _EXPORTS[n] = f"interplab.probes.{module}"
+_lazy = LazyExports(__name__)
+_export = _lazy.add
 
 
 _export("pcfg", "pcfg_kl", "parse_probes", "kl_summary", "local_to_global", "lstar_slope",
@@ -43,14 +39,7 @@ _export("truth", "truth_scores", "TruthScores", "TruthScoresConfig", "truth_scor
         "weight_preservation")
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'interplab.probes' has no attribute {name!r}")
+__getattr__, __dir__ = _lazy.hooks(globals())
 
 
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
-
-
-__all__ = sorted(_EXPORTS)
+__all__ = _lazy.names()

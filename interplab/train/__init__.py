@@ -3,14 +3,10 @@
 Names are re-exported lazily so importing one trainer does not import every training dependency."""
 from __future__ import annotations
 
-import importlib
+from interplab.core.lazy import LazyExports
 
-_EXPORTS: dict[str, str] = {}
-
-
-def _export(module: str, *names: str) -> None:
-    for n in names:
-        _EXPORTS[n] = f"interplab.train.{module}"
+_lazy = LazyExports(__name__)
+_export = _lazy.add
 
 
 _export("config", "TrainConfig", "TrainResult")
@@ -23,10 +19,7 @@ _export("hyperfit", "hyperfit", "late_stage_lora", "full_lora", "early_stage_lor
         "HyperfitResult")
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'interplab.train' has no attribute {name!r}")
+__getattr__, __dir__ = _lazy.hooks(globals())
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = _lazy.names()

@@ -6,8 +6,10 @@ a file there (e.g. recipes/pcfg.py, recipes/hyperfit.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -157,10 +159,23 @@ def known_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+SEED_SUFFIX = re.compile(r"^(?P<base>.+)-s(?P<seed>\d+)$")
+
+
+def seed_variant(recipe: Recipe, seed: int) -> Recipe:
+    """`recipe` with only its build seed (init + data order) changed, named NAME-s<seed>: a training-seed replica.
+    Seed variants are not listed; they resolve by name (`zoo:pcfg-sib-L4-s1`) once built."""
+    return dataclasses.replace(recipe, name=f"{recipe.name}-s{seed}", seed=int(seed),
+                               description=f"{recipe.description} (training seed {seed})")
+
+
 def get_recipe(name: str) -> Recipe:
-    """The recipe of zoo organism `name` (without the "zoo:" prefix)."""
+    """The recipe of zoo organism `name` (without the "zoo:" prefix); NAME-s<seed> is NAME's seed variant."""
     _load_all()
     name = name[4:] if name.startswith("zoo:") else name
+    m = SEED_SUFFIX.match(name)
+    if name not in _REGISTRY and m and m["base"] in _REGISTRY:
+        return seed_variant(_REGISTRY[m["base"]], int(m["seed"]))
     if name not in _REGISTRY:
         broken = "".join(f"; recipe module {m!r} failed to import ({e})" for m, e in sorted(_BROKEN.items()))
         raise ModelNotFoundError(f"unknown zoo organism {name!r}; known: {', '.join(sorted(_REGISTRY)) or 'none'}"

@@ -115,7 +115,7 @@ def test_docs_quote_pcfg_construction():
 
 def test_docs_quote_the_training_seed_replicas():
     seeds = ROOT / "results" / "pcfg-construction" / "sib-L4-seeds"
-    names = ["zoo:pcfg-sib-L4", "/tmp/sib-seeds/pcfg-sib-L4-s1", "/tmp/sib-seeds/pcfg-sib-L4-s2"]
+    names = ["zoo:pcfg-sib-L4", "zoo:pcfg-sib-L4-s1", "zoo:pcfg-sib-L4-s2"]
     summ = json.loads((seeds / "json" / "summary.json").read_text())
     assert sorted(summ) == sorted(names)
     for s, name in enumerate(names[1:], start=1):  # the replicas' cards: same recipe, only the seed differs

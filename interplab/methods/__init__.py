@@ -82,7 +82,10 @@ class MethodSpec:
     doc / tests: its docs page and test folder, relative to the project root.
     data: its user file (None: the method takes no user data, e.g. PCFG). smoke: experiment -> `key=value`
         templates ({m}, {dtype}, {device}) of its minimal run on any checkpoint (the real-size test, gpu_check).
-    atlas: dotted reference to its atlas contribution (see `interplab.probes.lenses.atlas_parts`), or "".
+    atlas: dotted reference to its atlas contribution, or "".
+    elsewhere: the method's modules that the layer rule places outside its package (docs/architecture.md): edits in
+        `interventions`, training in `train`, organisms and their recipes in `zoo`, its data builders and adapters in
+        `data`, grammars in `grammar`. A test checks that each exists and that none is claimed twice.
     """
 
     name: str
@@ -98,12 +101,14 @@ class MethodSpec:
     data: DataSpec | None = None
     smoke: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     atlas: str = ""
+    elsewhere: tuple[str, ...] = ()
 
     def validate(self) -> "MethodSpec":
         if not _NAME.match(self.name):
             raise ConfigError(f"method name {self.name!r} must be a lower-case identifier (letters, digits, _): it "
                               "is the one spelling every layer keys by")
-        for ref in (self.package, self.figures, *self.experiment_modules, *([self.atlas] if self.atlas else [])):
+        for ref in (self.package, self.figures, *self.experiment_modules, *([self.atlas] if self.atlas else []),
+                    *self.elsewhere):
             if not _REF.match(ref):
                 raise ConfigError(f"method {self.name!r}: {ref!r} is not a dotted module reference")
         if not self.experiments or not self.pages:

@@ -14,6 +14,7 @@ METHOD = MethodSpec(
         "Concept cylinders: the central axis, normal plane and sensitive sectors of concept difference vectors, "
         "and what a cylinder penalty or sector steering does to the model's output.",
         reopens=("crh-",)),),
+    elsewhere=("interplab.zoo.validation.crh", "interplab.data.concepts", "interplab.data.adapters.crh_concepts"),
     doc="docs/crh.md",
     tests="tests/crh",
     data=DataSpec(("concept", "question", "resp_no_concept", "resp_with_concept"), ("qid", "cid", "concept_words"),

@@ -16,6 +16,8 @@ METHOD = MethodSpec(
         "while decoding, and compare against prefill-only and random-subspace controls; overlap with steering "
         "directions.",
         buttons=("ds_run", "ds_pb_run"), reopens=("decodeshare",)),),
+    elsewhere=("interplab.interventions.patchback", "interplab.zoo.validation.decodeshare", "interplab.data.multitask",
+               "interplab.data.adapters.decodeshare_pool"),
     doc="docs/decodeshare.md",
     tests="tests/decodeshare",
     data=DataSpec(("task", "prompt", "answer"), ("choices", "split"), experiment="decodeshare"),

@@ -18,6 +18,7 @@ METHOD = MethodSpec(
         "temperature control, rank reordering, and late-stage LoRA fine-tuning of the final layers.",
         first_button="Compute rank reordering, temperature control and generations", buttons=("geo_more",),
         reopens=("hyperfit-",)),),
+    elsewhere=("interplab.train.hyperfit", "interplab.train.hyperfit_controls", "interplab.zoo.recipes.hyperfit"),
     doc="docs/hyperfit.md",
     tests="tests/hyperfit",
     data=DataSpec(("text",), ("split",), experiment="hyperfit-geometry"),

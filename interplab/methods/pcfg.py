@@ -16,6 +16,7 @@ METHOD = MethodSpec(
         "next to the model's, and layer-wise probes that read parse quantities out of the residual stream.",
         first_button="Evaluate KL by position", buttons=("pcfg_eval_btn", "pcfg_probe_btn", "pcfg_cm_btn"),
         reopens=("pcfg-",)),),
+    elsewhere=("interplab.grammar", "interplab.train.grammar_eval", "interplab.zoo.recipes.pcfg"),
     doc="docs/pcfg.md",
     tests="tests/pcfg",
 )

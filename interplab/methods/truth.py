@@ -16,6 +16,8 @@ METHOD = MethodSpec(
         "fit, the resulting score map, how the scores carry over between related models (inheritance across a "
         "lineage), and soft gating of the truthful heads during generation.",
         reopens=("truth-",)),),
+    elsewhere=("interplab.interventions.head_gate", "interplab.zoo.validation.truth_scores", "interplab.data.ctxmem",
+               "interplab.data.adapters.halueval"),
     doc="docs/truth_scores.md",
     tests="tests/truth_scores",
     data=DataSpec(("text", "label"), (), experiment="truth-scores"),

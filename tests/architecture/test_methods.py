@@ -81,3 +81,27 @@ def test_one_lazy_export_scheme():
                  if any(re.search(r"import_module\(|^\s+(from \S+ )?import ", body, re.M)
                         for body in lazy.findall(p.read_text() + "\nEND"))]
     assert not offenders, f"hand-written module __getattr__ in {offenders}; use interplab.core.lazy.LazyExports"
+
+
+def test_method_code_outside_its_package_follows_the_stated_rule():
+    """A method's modules outside its package are declared (`MethodSpec.elsewhere`), sit in the layer the rule
+    names (interventions, train, zoo, data, grammar), exist, and no module is claimed by two methods. The modules of
+    those layers that are method-specific by construction (validation organisms, method recipes, hyperfitting and
+    grammar training, per-method data adapters) must be claimed by one."""
+    import importlib.util
+
+    allowed = ("interplab.interventions.", "interplab.train.", "interplab.zoo.", "interplab.data.", "interplab.grammar")
+    claimed: dict[str, str] = {}
+    for spec in M.methods():
+        for mod in spec.elsewhere:
+            assert mod.startswith(allowed), f"{spec.name}: {mod} is not in a layer the rule allows"
+            assert importlib.util.find_spec(mod) is not None, f"{spec.name}: {mod} does not exist"
+            assert mod not in claimed, f"{mod} is claimed by {claimed[mod]} and {spec.name}"
+            claimed[mod] = spec.name
+    pkg = ROOT / "interplab"
+    specific = [*(pkg / "zoo" / "validation").glob("[a-z]*.py"), pkg / "zoo" / "recipes" / "pcfg.py",
+                pkg / "zoo" / "recipes" / "hyperfit.py", *(pkg / "train").glob("hyperfit*.py"),
+                pkg / "train" / "grammar_eval.py",
+                *[p for p in (pkg / "data" / "adapters").glob("[a-z]*.py") if p.stem != "text_corpus"]]
+    names = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in specific}
+    assert names - set(claimed) == set(), "method-specific modules no method declares"

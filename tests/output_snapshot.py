@@ -12,19 +12,24 @@ import re
 import sys
 from pathlib import Path
 
-VOLATILE = re.compile(r"(time|wall|second|date|elapsed|duration|created|finished|started|_s$|per_s|tokens_per|"
+VOLATILE = re.compile(r"(time|timings|wall|second|date|elapsed|duration|created|finished|started|_s$|per_s|tokens_per|"
                       r"version|path|dir$|host|machine|platform|python|torch|transformers|timestamp|id$)", re.I)
+
+
+TMP_NAME = re.compile(r"tmp_pytest-of-[\w.-]+")
 
 
 def _norm(obj):
     if isinstance(obj, dict):
-        return {k: _norm(v) for k, v in sorted(obj.items()) if not VOLATILE.search(str(k))}
+        return {_norm(k): _norm(v) for k, v in sorted(obj.items()) if not VOLATILE.search(str(k))}
     if isinstance(obj, list):
         return [_norm(v) for v in obj]
     if isinstance(obj, float):
         return float(f"{obj:.9g}")
     if isinstance(obj, str) and ("/tmp" in obj or obj.startswith(("/", "~"))):
         return "<path>"  # each pytest session builds its checkpoints under a fresh temporary root
+    if isinstance(obj, str):
+        return TMP_NAME.sub("<tmp>", obj)  # a model named after its temporary folder
     return obj
 
 

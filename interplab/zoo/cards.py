@@ -21,6 +21,24 @@ def _curve(log: list[dict], max_points: int = 40) -> list[dict]:
     return [log[i] for i in idx]
 
 
+def model_format(model) -> str:
+    """'raw' or 'chat': the data format a zoo organism was trained on (its card), else 'chat' when the tokenizer
+    has a chat template, else 'raw'. Here, below the probes (and free of torch), because several methods' data and
+    their atlas parts build prompts in it and no method may import another's."""
+    import json
+    from pathlib import Path
+
+    card = Path(str(getattr(model, "path", "") or "")) / "card.json"
+    if card.exists():
+        try:
+            fmt = json.loads(card.read_text()).get("recipe", {}).get("data", {}).get("format")
+            if fmt in ("raw", "chat"):
+                return fmt
+        except (OSError, ValueError):
+            pass
+    return "chat" if getattr(model.tokenizer, "chat_template", None) else "raw"
+
+
 def write_card(recipe, out_dir, report: dict) -> dict:
     """Write card.json + MODEL_CARD.md for a freshly built checkpoint and return the card dict."""
     from interplab.core.io import write_json, write_text

@@ -112,3 +112,14 @@ def test_a_plugin_that_cannot_be_imported_is_named(monkeypatch):
     finally:
         monkeypatch.delenv(M.PLUGIN_ENV)
         M.reset()
+
+
+def test_the_atlas_shows_the_toy_methods_layer_map(toy):
+    import interplab
+    from interplab.probes.lenses.atlas import LAYER_LABELS, atlas
+
+    m = interplab.load_model("zoo:toy-chat")
+    a = atlas(m, n_truth_items=16, n_decode_prompts=2, n_concept_pairs=4, directions=False, n_boot=100, n_perm=100)
+    assert "toy_norm" in a.layer_maps and a.layer_maps["toy_norm"].shape == (m.n_layers,)
+    assert LAYER_LABELS["toy_norm"] == "mean residual norm"
+    assert "toy_norm" in set(a.agreement.map_a) | set(a.agreement.map_b)   # it is compared with the other maps

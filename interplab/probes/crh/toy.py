@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from interplab.core.errors import ConfigError
+from interplab.zoo.cards import model_format  # shared with the atlas parts of other methods
 
 
 @dataclass
@@ -22,23 +23,6 @@ class ConceptData:
 
 def _chat_ids(model, messages, *, gen_prompt: bool) -> list[int]:
     return model.apply_chat_template(messages, add_generation_prompt=gen_prompt)
-
-
-def model_format(model) -> str:
-    """'raw' or 'chat': the data format a zoo organism was trained on (its card), else 'chat' when the tokenizer
-    has a chat template, else 'raw'."""
-    import json
-    from pathlib import Path
-
-    card = Path(str(getattr(model, "path", "") or "")) / "card.json"
-    if card.exists():
-        try:
-            fmt = json.loads(card.read_text()).get("recipe", {}).get("data", {}).get("format")
-            if fmt in ("raw", "chat"):
-                return fmt
-        except (OSError, ValueError):
-            pass
-    return "chat" if getattr(model.tokenizer, "chat_template", None) else "raw"
 
 
 def _word_mapping(model, concept: str, vocab: dict, vocab_fallback: bool) -> dict[str, str]:

@@ -20,6 +20,7 @@ import numpy as np
 
 from interplab.core.errors import ConfigError, InputError, ShapeError
 from interplab.core.shapes import as_2d as _as2d, orthonormalize
+from interplab.probes.linalg import haar_basis, principal_angles  # one implementation, shared with the atlas
 
 __all__ = [
     "orthonormalize", "check_basis", "projector", "project_out", "principal_angles", "angle_summary",
@@ -56,18 +57,6 @@ def project_out(h, basis, alpha: float = 1.0) -> np.ndarray:
     if alpha == 0 or q.shape[1] == 0:
         return h.copy()
     return h - alpha * (h @ q) @ q.T
-
-
-def principal_angles(qa, qb, *, degrees: bool = True) -> np.ndarray:
-    """Principal angles between span(qa) and span(qb), ascending, min(ka, kb) of them (bases are orthonormalised)."""
-    a, b = orthonormalize(qa), orthonormalize(qb)
-    if a.shape[0] != b.shape[0]:
-        raise ShapeError(f"bases live in different spaces: {a.shape[0]} vs {b.shape[0]} rows")
-    if a.shape[1] == 0 or b.shape[1] == 0:
-        return np.zeros(0)
-    s = np.clip(np.linalg.svd(a.T @ b, compute_uv=False), -1.0, 1.0)
-    ang = np.arccos(s)
-    return np.degrees(ang) if degrees else ang
 
 
 def angle_summary(angles) -> dict:
@@ -107,16 +96,6 @@ def mean_energy(h, basis) -> float:
         raise ShapeError(f"states must be [n, d]; got {h.shape}")
     q = check_basis(basis, h.shape[1])
     return float(np.mean(np.sum((h @ q) ** 2, axis=1))) if q.shape[1] else 0.0
-
-
-def haar_basis(d: int, k: int, seed: int = 0) -> np.ndarray:
-    """A Haar-random orthonormal basis [d, k] (QR of a Gaussian matrix with the sign fix), bitwise reproducible
-    for a given (d, k, seed)."""
-    if not (0 <= k <= d):
-        raise ConfigError(f"need 0 <= k <= d for a random basis; got k={k}, d={d}")
-    g = np.random.default_rng(seed).standard_normal((d, k))
-    q, r = np.linalg.qr(g)
-    return np.ascontiguousarray(q * np.where(np.diag(r) < 0, -1.0, 1.0))
 
 
 def variance_matched_control(components, pooled_variance, shared_idx) -> np.ndarray:

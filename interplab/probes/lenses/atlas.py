@@ -13,6 +13,11 @@ Agreement between maps is Spearman's ρ with a bootstrap interval and a permutat
 plus the top-k overlap. On a validation organism (`interplab.zoo.validation`) the planted truth is scored in
 `Atlas.planted`. A method that does not apply to the model is listed in `Atlas.unavailable` with its reason.
 
+The atlas imports no method: each method declares what it adds (maps, directions, its data, its planted check) as
+an `AtlasPart` (`interplab.probes.atlas_contract`) named by its `MethodSpec.atlas`, and the atlas resolves the parts
+through `interplab.methods` (`atlas_parts`). What is the atlas's own: the lens pair, patching, DLA, the shipped
+SAE's decoder rows (read from its files), the agreement statistics and the direction overlaps.
+
     >>> from interplab.probes.lenses.atlas import atlas
     >>> a = atlas(model)
     >>> a.head_maps["patching"].shape, a.agreement, a.unavailable
@@ -29,14 +34,45 @@ import pandas as pd
 from interplab.core.errors import ConfigError, InterplabError, ShapeError
 from interplab.core.result import Result
 from interplab.probes import stats
-from interplab.probes.lenses.atlas_inputs import AtlasInputs, atlas_inputs
+from interplab.probes.atlas_contract import AtlasContext, AtlasPart
+from interplab.probes.lenses.atlas_inputs import AtlasInputs, atlas_inputs, atlas_parts
 
-HEAD_MAPS = ("truth", "patching", "dla")
-LAYER_MAPS = ("pr", "pr_change", "patching_resid")
-HEAD_LABELS = {"truth": "Truth Score (held-out accuracy)", "patching": "patching effect (normalised)",
-               "dla": "direct logit attribution"}
-LAYER_LABELS = {"pr": "participation ratio", "pr_change": "PR change vs reference",
-                "patching_resid": "max |patching effect| over positions (resid_pre)"}
+_LENS_HEADS = {"patching": "patching effect (normalised)", "dla": "direct logit attribution"}
+_LENS_LAYERS = {"patching_resid": "max |patching effect| over positions (resid_pre)"}
+
+
+def _ordered_parts() -> list[AtlasPart]:
+    """The methods' parts in the order the atlas computes them: head maps, then layer maps, then directions."""
+    return sorted(atlas_parts(), key=lambda p: p.axis)
+
+
+def _head_labels() -> dict[str, str]:
+    return {**{k: v for p in _ordered_parts() for k, v in p.head_maps.items()}, **_LENS_HEADS}
+
+
+def _layer_labels() -> dict[str, str]:
+    return {**{k: v for p in _ordered_parts() for k, v in p.layer_maps.items()}, **_LENS_LAYERS}
+
+
+def _signed() -> set[str]:
+    """Head maps read as they are (a part's signed maps); every other map is read by |value|."""
+    return {k for p in atlas_parts() if p.signed for k in p.head_maps}
+
+
+_DERIVED = {"HEAD_MAPS": lambda: tuple(_head_labels()), "LAYER_MAPS": lambda: tuple(_layer_labels()),
+            "HEAD_LABELS": _head_labels, "LAYER_LABELS": _layer_labels}
+
+
+def __getattr__(name: str):
+    """HEAD_MAPS, LAYER_MAPS, HEAD_LABELS, LAYER_LABELS (the methods' maps first, then the lenses'), and the
+    functions a method's part still offers here under their old names (`layer_participation`)."""
+    if name in _DERIVED:
+        return _DERIVED[name]()
+    if not name.startswith("_"):
+        for part in atlas_parts():
+            if name in part.exports:
+                return part.exports[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -117,9 +153,10 @@ class Atlas(Result):
         self.layer_maps = {k: np.asarray(v, np.float64) for k, v in self.layer_maps.items()}
 
     def strength(self, name: str) -> np.ndarray:
-        """How strongly each head is implicated by map `name`: the Truth Score itself, |effect| for patching and DLA."""
+        """How strongly each head is implicated by map `name`: a signed map (the Truth Score) itself, else |effect|
+        (patching, DLA)."""
         m = self.head_maps[name]
-        return m if name == "truth" else np.abs(m)
+        return m if name in _signed() else np.abs(m)
 
     def top_heads(self, name: str, k: int = 5) -> list[tuple[int, int]]:
         """The k heads with the largest `strength` (ties broken by position)."""
@@ -163,58 +200,17 @@ def _lens_maps(model, inp: AtlasInputs, cfg: AtlasConfig, heads: dict, layers: d
     return info
 
 
-def layer_participation(model, texts, *, batch_size: int = 32) -> np.ndarray:
-    """[n_layers] participation ratio (hyperfit `participation_ratio`) of resid_post.L over every real token of
-    `texts` but each row's first (a <bos> or template token whose outlier norm would dominate the spectrum)."""
-    import torch
-
-    from interplab.probes.hyperfit import participation_ratio
-
-    sites = [f"resid_post.{i}" for i in range(model.n_layers)]
-    rows: dict[str, list] = {s: [] for s in sites}
-    with torch.no_grad():
-        for i in range(0, len(texts), batch_size):
-            out = model.run(list(texts[i:i + batch_size]), capture=sites, logits=False, chat=False)
-            mask = out.batch.attention_mask.bool().clone()
-            first = mask.float().argmax(1)
-            mask[torch.arange(mask.shape[0]), first] = False
-            for s in sites:
-                rows[s].append(out.cache[s][mask.to(out.cache[s].device)].double().cpu().numpy())
-    X = {s: np.concatenate(v) for s, v in rows.items()}
-    if next(iter(X.values())).shape[0] < 3:
-        raise ShapeError("the participation ratio needs at least 3 tokens; give longer or more texts")
-    return np.array([participation_ratio(X[s]) for s in sites])
-
-
-def _directions(model, inp: AtlasInputs, cfg: AtlasConfig, missing: dict, timings: dict) -> dict[str, np.ndarray]:
-    """The direction sets at resid_post.L: SAE decoder rows, the decode-shared basis, the CRH axis and plane."""
-    out: dict[str, np.ndarray] = {}
-    layer = inp.direction_layer
-    if inp.sae_decoder is not None:
-        W = inp.sae_decoder / np.linalg.norm(inp.sae_decoder, axis=1, keepdims=True).clip(1e-12)
-        out["sae"] = W.T
-
-    def decodeshare():
-        from interplab.probes.decodeshare import collect_decode_states, shared_subspace
-
-        dec = collect_decode_states(model, inp.decode_prompts, layer=layer, max_new_tokens=inp.decode_max_new_tokens,
-                                    seed=cfg.seed)
-        ss = shared_subspace(dec, seed=cfg.seed)
-        if ss.basis.shape[1]:
-            out["decodeshare"] = ss.basis
-        else:
-            missing["decodeshare"] = "the estimator found no component shared by every task at this layer"
-
-    def crh():
-        from interplab.probes.crh import concept_diffs, fit_cylinder
-
-        cyl = fit_cylinder(concept_diffs(model, inp.concept_pairs, layer=layer), seed=cfg.seed)
-        out["crh_axis"], out["crh_plane"] = cyl.axis[:, None], cyl.plane
-
-    if inp.decode_prompts:
-        _step("decodeshare", missing, timings, decodeshare)
-    if inp.concept_pairs:
-        _step("crh", missing, timings, crh)
+def _contribute(part: AtlasPart, model, inp: AtlasInputs, ctx: AtlasContext) -> dict:
+    """One part's maps and directions (None values dropped: a step that did not apply); a part whose data field is
+    empty is not computed (and not timed)."""
+    data = inp.method_data(part)
+    if part.fields and not data[next(iter(part.fields))]:
+        return {}
+    out = {k: v for k, v in (part.compute(model, data, ctx) or {}).items() if v is not None}
+    undeclared = set(out) - {*part.head_maps, *part.layer_maps, *part.directions}
+    if undeclared:
+        raise ConfigError(f"the atlas part of {part.method!r} returned {sorted(undeclared)}, which it does not declare "
+                          "in head_maps, layer_maps or directions")
     return out
 
 
@@ -228,16 +224,18 @@ def span_cos(vectors: np.ndarray, basis: np.ndarray) -> np.ndarray:
 
 def direction_overlaps(dirs: dict[str, np.ndarray], seed: int = 0) -> pd.DataFrame:
     """Every pair of direction sets: max cosine (SAE: the best feature's cosine to the other span; subspaces:
-    cos of the smallest principal angle), and the same statistic against a Haar-random span of the other's size."""
-    from interplab.probes.decodeshare import haar_basis
+    cos of the smallest principal angle), and the same statistic against a Haar-random span of the other's size.
+    Two sets of one method (e.g. the CRH axis and its normal plane, orthogonal by construction) are not compared."""
+    from interplab.probes.linalg import haar_basis
 
     cols = ["a", "b", "k_a", "k_b", "max_cos", "angle_deg", "best", "baseline_max_cos"]
     names = list(dirs)
+    parts = atlas_parts()
     rows = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            if {a, b} == {"crh_axis", "crh_plane"}:
-                continue  # orthogonal by construction
+            if any({a, b} <= set(p.directions) for p in parts):
+                continue  # one method's own sets are related by construction
             A, Bm = dirs[a], dirs[b]
             rand = haar_basis(Bm.shape[0], Bm.shape[1], seed=seed + 104_729)  # not a seed the data used
             if a == "sae":
@@ -258,7 +256,7 @@ def map_agreement(head: dict, layer: dict, *, top_k: int, n_boot: int, n_perm: i
     Score, |patching|, |DLA|) and between the layer maps, with the top-k overlap |A ∩ B| / k of head maps."""
     cols = ["axis", "map_a", "map_b", "rho", "lo", "hi", "p", "n", "topk_overlap"]
     rows = []
-    strength = {k: (v if k == "truth" else np.abs(v)) for k, v in head.items()}
+    strength = _strengths(head)
     for axis, maps in (("layer x head", strength), ("layer", layer)):
         names = list(maps)
         for i, a in enumerate(names):
@@ -274,49 +272,19 @@ def map_agreement(head: dict, layer: dict, *, top_k: int, n_boot: int, n_perm: i
     return pd.DataFrame(rows, columns=cols)
 
 
-def planted_checks(kind: str, truth: dict, head: dict, dirs: dict) -> pd.DataFrame:
-    """Score the atlas against a validation organism's planted truth: planted-head recovery of every head map
-    (AUROC, worst rank, all planted heads in the top |planted| + 2), the decode-shared basis vs the planted P
-    (largest principal angle), the CRH axis vs the planted axis and the plane vs the planted plane."""
-    from interplab.probes.decodeshare import principal_angles
-    from interplab.probes.truth.validation import planted_recovery
+def _strengths(head: dict) -> dict:
+    signed = _signed()
+    return {k: (v if k in signed else np.abs(v)) for k, v in head.items()}
 
+
+def planted_checks(kind: str, truth: dict, head: dict, dirs: dict) -> pd.DataFrame:
+    """Score the atlas against a validation organism's planted truth, by the part whose planted kind `kind` is:
+    planted-head recovery of every head map (truth: AUROC, worst rank, all planted heads in the top |planted| + 2),
+    the decode-shared basis vs the planted P (largest principal angle), the CRH axis vs the planted axis and the
+    plane vs the planted plane."""
     cols = ["check", "method", "value", "target", "passed"]
-    rows = []
-    if kind == "truth":
-        if not head:
-            rows.append({"check": "a head map computed", "method": "", "value": float("nan"), "target": "a map",
-                         "passed": False})
-        for name, m in head.items():
-            mask = np.zeros(m.shape, bool)
-            for layer, h in truth["planted_heads"]:
-                mask[layer, h] = True
-            rec = planted_recovery(m if name == "truth" else np.abs(m), mask)
-            rows += [{"check": "auroc planted vs other heads", "method": name, "value": rec["auroc"],
-                      "target": ">= 0.95", "passed": rec["auroc"] >= 0.95},
-                     {"check": "all planted heads in top |planted|+2", "method": name, "value": rec["all_in_top"],
-                      "target": "= 1", "passed": rec["all_in_top"] == 1.0}]
-    elif kind == "decodeshare" and "decodeshare" not in dirs:
-        rows.append({"check": "decode-shared subspace estimated", "method": "decodeshare", "value": float("nan"),
-                     "target": "a basis", "passed": False})
-    elif kind == "crh" and "crh_axis" not in dirs:
-        rows.append({"check": "CRH cylinder fitted", "method": "crh", "value": float("nan"), "target": "an axis",
-                     "passed": False})
-    elif kind == "decodeshare":
-        P = np.zeros((dirs["decodeshare"].shape[0], len(truth["planted_dims"])))
-        for j, d in enumerate(truth["planted_dims"]):
-            P[d, j] = 1.0
-        ang = float(principal_angles(dirs["decodeshare"], P).max())
-        rows.append({"check": "largest principal angle to planted P (deg)", "method": "decodeshare", "value": ang,
-                     "target": "<= 15", "passed": ang <= 15.0})
-    elif kind == "crh":
-        cos = float(dirs["crh_axis"][:, 0] @ truth["axis"])
-        ax = float(np.degrees(np.arccos(np.clip(cos, -1, 1))))
-        pl = float(principal_angles(dirs["crh_plane"], np.stack([truth["e1"], truth["e2"]], 1)).max())
-        rows += [{"check": "angle axis to planted axis (deg)", "method": "crh", "value": ax, "target": "<= 10",
-                  "passed": ax <= 10.0},
-                 {"check": "largest principal angle plane to planted plane (deg)", "method": "crh", "value": pl,
-                  "target": "<= 15", "passed": pl <= 15.0}]
+    part = next((p for p in atlas_parts() if p.planted is not None and kind in p.planted_kinds.values()), None)
+    rows = [] if part is None else part.planted(truth, _strengths(head), dirs)
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -349,26 +317,27 @@ def atlas(model, config: AtlasConfig | None = None, *, inputs: AtlasInputs | Non
     info = _step("patching", missing, timings, lambda: _lens_maps(model, inp, cfg, heads, layers, missing)) or {}
     if "patching" in missing and "dla" not in heads:
         missing.setdefault("dla", missing["patching"])
-    if inp.truth_items:
-        from interplab.probes.truth import truth_scores
-
-        ts = _step("truth", missing, timings, lambda: truth_scores(
-            model, inp.truth_items, solver=cfg.truth_solver, seed=cfg.seed + 42, capture_batch_size=cfg.batch_size))
-        if ts is not None:
-            heads = {"truth": ts.scores, **heads}
-    pr = _step("pr", missing, timings, lambda: layer_participation(model, inp.texts, batch_size=cfg.batch_size))
-    if pr is not None:
-        layers = {"pr": pr, **layers}
-        if reference is not None:
-            ref = _step("pr_change", missing, timings,
-                        lambda: layer_participation(reference, inp.texts, batch_size=cfg.batch_size))
-            if ref is not None and ref.shape == pr.shape:
-                layers = {"pr": pr, "pr_change": ref - pr, **{k: v for k, v in layers.items() if k != "pr"}}
-    dirs = {}
+    ctx = AtlasContext(seed=cfg.seed, n_items=cfg.n_truth_items, n_decode=cfg.n_decode_prompts,
+                       n_pairs=cfg.n_concept_pairs, concept=cfg.concept, solver=cfg.truth_solver,
+                       batch_size=cfg.batch_size, layer=inp.direction_layer, texts=inp.texts, reference=reference,
+                       planted=inp.planted, step=lambda name, fn: _step(name, missing, timings, fn))
+    parts = _ordered_parts()
+    part_heads, part_layers, dirs = {}, {}, {}
+    for part in parts:
+        if part.axis < 2:
+            for name, v in _contribute(part, model, inp, ctx).items():
+                (part_heads if name in part.head_maps else part_layers if name in part.layer_maps else dirs)[name] = v
+    heads, layers = {**part_heads, **heads}, {**part_layers, **layers}
     if cfg.directions:
-        dirs = _directions(model, inp, cfg, missing, timings)
+        if inp.sae_decoder is not None:
+            W = inp.sae_decoder / np.linalg.norm(inp.sae_decoder, axis=1, keepdims=True).clip(1e-12)
+            dirs = {"sae": W.T, **dirs}
+        for part in parts:
+            if part.axis == 2:
+                dirs.update(_contribute(part, model, inp, ctx))
     else:
-        for k in ("sae", "decodeshare", "crh"):
+        dirs = {}
+        for k in ("sae", *(p.method for p in parts if p.axis == 2)):
             missing.setdefault(k, "direction methods switched off (directions=False)")
     kind, truth = inp.planted or ("", {})
     overlaps = direction_overlaps(dirs, seed=cfg.seed)

@@ -1,6 +1,11 @@
-"""What the atlas feeds each method for one model: a clean / corrupt pair, Truth-Score verification items,
-decode prompts per task, concept pairs, texts for the per-layer geometry, a shipped SAE's decoder, and the planted
-truth of a validation organism (`interplab.zoo.validation`).
+"""What the atlas feeds each method for one model: a clean / corrupt pair, texts for the per-layer geometry, a
+shipped SAE's decoder, the planted truth of a validation organism (`interplab.zoo.validation`), and each method's own
+data (Truth-Score verification items, decode prompts per task, concept pairs, ...).
+
+The atlas does not know the methods: each declares an `AtlasPart` (`interplab.probes.atlas_contract`) named by its
+`MethodSpec.atlas`, and `atlas_parts()` resolves them in `interplab.methods.methods()` order. A part says which
+fields of `AtlasInputs` hold its data and how to find that data for a model, for a validation organism of its own
+kind and from a user's file.
 
 A method whose data does not exist for the model (a real tokenizer has no CtxMem vocabulary, a non-multitask
 organism has no decode tasks, no SAE was shipped) gets a reason instead of data, and the atlas shows
@@ -13,43 +18,91 @@ from pathlib import Path
 
 import numpy as np
 
-from interplab.core.errors import InterplabError
+from interplab.core.errors import ConfigError, InterplabError
+from interplab.probes.atlas_contract import AtlasContext, AtlasPart
 
-PLANTED_KINDS = ("truth", "decodeshare", "crh")
+__all__ = ["AtlasInputs", "atlas_parts", "atlas_inputs", "with_user_data", "planted_truth", "shipped_decoder",
+           "truth_items", "PLANTED_KINDS"]
+
+
+def atlas_parts() -> list[AtlasPart]:
+    """The atlas contribution of every method that declares one (`MethodSpec.atlas`), in methods() order."""
+    from interplab.methods import methods, resolve
+
+    parts = []
+    for spec in methods():
+        if not spec.atlas:
+            continue
+        part = resolve(spec.atlas)
+        if not isinstance(part, AtlasPart) or part.method != spec.name:
+            raise ConfigError(f"method {spec.name!r}: its atlas reference {spec.atlas!r} must name an AtlasPart "
+                              f"(interplab.probes.atlas_contract) whose method is {spec.name!r}")
+        parts.append(part)
+    return parts
+
+
+def _field_owner(name: str) -> AtlasPart | None:
+    return next((p for p in atlas_parts() if name in p.fields), None)
+
+
+def __getattr__(name: str):
+    if name == "PLANTED_KINDS":   # the kinds of validation organism some part scores, in methods() order
+        return tuple(dict.fromkeys(k for p in atlas_parts() for k in p.planted_kinds.values()))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
 class AtlasInputs:
     """Inputs per method; `missing[method]` says why a method has none. planted: (kind, truth dict) of a
-    validation organism, or None. direction_layer: where the direction methods read (resid_post.L)."""
+    validation organism, or None. direction_layer: where the direction methods read (resid_post.L).
+
+    data: method -> its fields (`AtlasPart.fields`). Each field is also an attribute (`inp.truth_items`,
+    `inp.concept_pairs`, ...), read and set through `data`, so callers that predate the parts keep working."""
 
     pair: tuple | None = None
     answer: object = None
     wrong: object = None
-    truth_items: list | None = None
-    decode_prompts: dict | None = None
-    decode_max_new_tokens: int = 8
-    concept_pairs: list | None = None
     texts: list = field(default_factory=list)
     sae_decoder: np.ndarray | None = None
     sae_name: str = ""
     direction_layer: int = 0
     planted: tuple | None = None
     missing: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+
+    def method_data(self, part: AtlasPart) -> dict:
+        """`part`'s fields: its defaults overlaid by what the inputs hold."""
+        return {**part.fields, **self.data.get(part.method, {})}
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name == "data":
+            raise AttributeError(name)
+        part = _field_owner(name)
+        if part is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self.method_data(part)[name]
+
+    def __setattr__(self, name: str, value) -> None:
+        part = None if name in self.__dataclass_fields__ else _field_owner(name)
+        if part is None:
+            object.__setattr__(self, name, value)
+        else:
+            self.data[part.method] = {**self.method_data(part), name: value}
 
 
 def planted_truth(model) -> tuple[str, dict] | None:
-    """(kind, truth) when `model` is a validation organism (its checkpoint holds planted_truth.json), else None.
-    kind is "truth", "decodeshare" or "crh"."""
+    """(kind, truth) when `model` is a validation organism (its checkpoint holds planted_truth.json) of a kind some
+    method's atlas part scores (`PLANTED_KINDS`: "truth", "decodeshare", "crh"), else None."""
     p = Path(str(getattr(model, "path", "") or "")) / "planted_truth.json"
     if not p.is_file():
         return None
     t = json.loads(p.read_text())
+    parts = atlas_parts()
     kind = str(t.get("kind", "")).split()[0]
-    kind = {"truth-scores": "truth"}.get(kind, kind)
-    if kind not in PLANTED_KINDS:
+    kind = {k: v for part in parts for k, v in part.planted_kinds.items()}.get(kind, kind)
+    if kind not in {v for part in parts for v in part.planted_kinds.values()}:
         return None
-    for key in ("axis", "e1", "e2"):
+    for key in dict.fromkeys(k for part in parts for k in part.planted_arrays):
         if key in t:
             t[key] = np.asarray(t[key], np.float64)
     return kind, t
@@ -90,87 +143,44 @@ def _try(inputs: AtlasInputs, method: str, fn):
         return None
 
 
-def _planted_truth_inputs(inp: AtlasInputs, t: dict, n_items: int, seed: int) -> None:
-    """Conflict prompts `c_x q_0` vs `c_x' q_0`: entity 0 has the weakest memory, so the planted heads' copy of the
-    context value decides the answer (a_x vs a_x'); x, x' avoid the memorised value."""
-    from interplab.zoo.validation.truth_scores import planted_truth_items
-
-    M = t["memory_map"]
-    x, x2 = [v for v in range(len(M)) if v != M[0]][:2]
-    inp.pair, inp.answer, inp.wrong = (f"c{x} q0", f"c{x2} q0"), f"a{x}", f"a{x2}"
-    inp.truth_items = planted_truth_items(n_items, seed=seed, memory_map=M)
-    inp.texts = [it["text"] for it in inp.truth_items[:64]]
-    inp.direction_layer = 0
-    inp.missing["decodeshare"] = "this validation organism has no decode tasks"
-    inp.missing["crh"] = "this validation organism has no concept pairs"
+def _planted_inputs(model, inp: AtlasInputs, ctx: AtlasContext) -> None:
+    """A validation organism: the part of its kind gets its planted data and sets the lens pair, texts and layer;
+    every other method with data is "not available" with its `absent` reason."""
+    kind, t = ctx.planted
+    for part in atlas_parts():
+        if kind in part.planted_kinds.values():
+            inp.data[part.method] = {**part.fields, **part.inputs(model, ctx)}
+            for name, value in part.planted_setup(inp.data[part.method], t).items():
+                setattr(inp, name, value)
+        elif part.inputs is not None:
+            inp.missing[part.method] = part.absent
 
 
-def _planted_decode_inputs(inp: AtlasInputs, n_items: int) -> None:
-    from interplab.zoo.validation.decodeshare import task_prompts
-
-    tasks = task_prompts()
-    inp.pair = ("T0 x1", "T1 x1")
-    inp.decode_prompts = {t: [r["prompt"] for r in rows] for t, rows in tasks.items()}
-    inp.decode_max_new_tokens = 6
-    inp.texts = [p for ps in inp.decode_prompts.values() for p in ps]
-    inp.direction_layer = 0
-    inp.missing["truth"] = "this validation organism has no verification items"
-    inp.missing["crh"] = "this validation organism has no concept pairs"
-
-
-def _planted_crh_inputs(inp: AtlasInputs, t: dict) -> None:
-    from interplab.zoo.validation.crh import planted_crh_pairs
-
-    pairs, _ = planted_crh_pairs(int(t["spec"]["n_samples"]), seed=int(t["spec"]["seed"]))
-    inp.pair = (pairs[0][1], pairs[0][0])          # with the concept (clean) vs without
-    inp.concept_pairs = pairs
-    inp.texts = [p for pr in pairs for p in pr]
-    inp.direction_layer = int(str(t.get("site", "resid_post.0")).split(".")[1])
-    inp.missing["truth"] = "this validation organism has no verification items"
-    inp.missing["decodeshare"] = "this validation organism has no decode tasks"
-
-
-def _toy_inputs(model, inp: AtlasInputs, *, n_items: int, n_decode: int, n_pairs: int, concept: str,
-                seed: int) -> None:
-    """A zoo organism or any model: the lens pair, CtxMem verification items, multitask decode prompts and toy
-    concept pairs, each where the model's vocabulary has them."""
-    from interplab.probes.crh import model_format, toy_concept_data
-    from interplab.probes.decodeshare import SEQ_TASKS, multitask_sets
+def _toy_inputs(model, inp: AtlasInputs, ctx: AtlasContext) -> None:
+    """A zoo organism or any model: the lens pair and each method's data (CtxMem verification items, multitask
+    decode prompts, toy concept pairs, ...), each where the model's vocabulary has them."""
     from interplab.probes.lenses.common import default_pair
 
-    fmt = model_format(model)
-    inp.pair = default_pair(model, seed=seed)
-    inp.truth_items = _try(inp, "truth", lambda: truth_items(model, n_items, seed))
-    sets = _try(inp, "decodeshare", lambda: multitask_sets(model, list(SEQ_TASKS), n_decode, seed=seed, fmt=fmt))
-    if sets:
-        inp.decode_prompts = {name: s.prompts for name, s in sets.items()}
-    if concept:
-        data = _try(inp, "crh", lambda: toy_concept_data(model, concept, n_train=n_pairs, seed=seed, fmt=fmt))
-        inp.concept_pairs = data.train_pairs if data is not None else None
-    else:
-        inp.missing["crh"] = "no concept chosen"
+    parts = atlas_parts()
+    inp.pair = default_pair(model, seed=ctx.seed)
+    for part in parts:
+        if part.inputs is not None:
+            got = _try(inp, part.method, lambda: part.inputs(model, ctx))
+            if got is not None:
+                inp.data[part.method] = {**part.fields, **got}
     texts = [default_pair(model, seed=s)[0] for s in range(16)]
-    inp.texts = texts if len(set(map(str, texts))) > 1 else [it["text"] for it in (inp.truth_items or [])][:64]
-    inp.texts = inp.texts or list(inp.pair)
+    if len(set(map(str, texts))) <= 1:   # one pair for every seed: a method's data gives the texts instead
+        texts = next((x for x in (p.fallback_texts(inp.method_data(p)) for p in parts if p.fallback_texts) if x), [])
+    inp.texts = texts or list(inp.pair)
 
 
 def truth_items(model, n_items: int = 128, seed: int = 0) -> list[dict]:
-    """The Truth-Score verification items the atlas uses for `model`: the planted items of a truth validation
-    organism, else CtxMem items in the model's prompt format (a typed error when its vocabulary has no CtxMem
-    words, or when it is another validation organism)."""
-    from interplab.core.errors import InputError
-
-    planted = planted_truth(model)
-    if planted is not None and planted[0] == "truth":
-        from interplab.zoo.validation.truth_scores import planted_truth_items
-
-        return planted_truth_items(n_items, seed=seed, memory_map=planted[1]["memory_map"])
-    if planted is not None:
-        raise InputError(f"this validation organism ({planted[0]}) has no verification items")
-    from interplab.probes.crh import model_format
-    from interplab.probes.truth import ctxmem_truth_set
-
-    return ctxmem_truth_set(n_items, seed=seed, fmt=model_format(model), tokenizer=model.tokenizer)
+    """The Truth-Score verification items the atlas uses for `model` (the data of the part that adds the "truth"
+    head map): the planted items of a truth validation organism, else CtxMem items in the model's prompt format (a
+    typed error when its vocabulary has no CtxMem words, or when it is another validation organism)."""
+    part = next(p for p in atlas_parts() if "truth" in p.head_maps)
+    got = part.inputs(model, AtlasContext(n_items=n_items, seed=seed, planted=planted_truth(model)))
+    return got[next(iter(part.fields))]
 
 
 def atlas_inputs(model, *, n_items: int = 128, n_decode: int = 16, n_pairs: int = 48, concept: str = "animal",
@@ -179,14 +189,12 @@ def atlas_inputs(model, *, n_items: int = 128, n_decode: int = 16, n_pairs: int 
     inp = AtlasInputs()
     planted = planted_truth(model)
     inp.planted = planted
+    ctx = AtlasContext(seed=seed, n_items=n_items, n_decode=n_decode, n_pairs=n_pairs, concept=concept,
+                       planted=planted)
     if planted is None:
-        _toy_inputs(model, inp, n_items=n_items, n_decode=n_decode, n_pairs=n_pairs, concept=concept, seed=seed)
-    elif planted[0] == "truth":
-        _planted_truth_inputs(inp, planted[1], n_items, seed)
-    elif planted[0] == "decodeshare":
-        _planted_decode_inputs(inp, n_items)
+        _toy_inputs(model, inp, ctx)
     else:
-        _planted_crh_inputs(inp, planted[1])
+        _planted_inputs(model, inp, ctx)
     W, name, sae_layer, reason = shipped_decoder(model, direction_layer)
     if planted is None and direction_layer is None:
         inp.direction_layer = sae_layer if sae_layer is not None else model.n_layers // 2
@@ -200,38 +208,27 @@ def atlas_inputs(model, *, n_items: int = 128, n_decode: int = 16, n_pairs: int 
     return inp
 
 
-def with_user_data(model, inp: AtlasInputs, *, clean: str = "", corrupt: str = "", truth_data: str = "",
-                   decode_data: str = "", crh_data: str = "", concept: str = "", n_items: int = 128,
-                   n_decode: int = 16, n_pairs: int = 48, seed: int = 0) -> AtlasInputs:
+def with_user_data(model, inp: AtlasInputs, *, clean: str = "", corrupt: str = "", concept: str = "",
+                   n_items: int = 128, n_decode: int = 16, n_pairs: int = 48, seed: int = 0,
+                   **files: str) -> AtlasInputs:
     """`inp` with the inputs a user gave replacing the built-in ones (the atlas experiment's settings; docs/data.md
-    names each file's columns): clean / corrupt: the lens pair (both or neither); truth_data: a Truth-Score file
-    (text, label; or HaluEval QA); decode_data: a DecodeShare file (task, prompt, answer); crh_data: a CRH pair
-    file (concept, question, resp_no_concept, resp_with_concept), of which `concept` is used (the first concept
-    when the file has no `concept`). A method given data is no longer "not available"."""
-    from interplab.core.errors import ConfigError
-
+    names each file's columns): clean / corrupt: the lens pair (both or neither); files: a method's file under its
+    part's `user_setting` -- truth_data: a Truth-Score file (text, label; or HaluEval QA); decode_data: a
+    DecodeShare file (task, prompt, answer); crh_data: a CRH pair file (concept, question, resp_no_concept,
+    resp_with_concept), of which `concept` is used (the first concept when the file has no `concept`). A method
+    given data is no longer "not available"."""
     if bool(clean) != bool(corrupt):
         raise ConfigError("give both clean and corrupt (the lens pair) or neither")
+    parts = [p for p in atlas_parts() if p.user_setting]
+    unknown = sorted(set(files) - {p.user_setting for p in parts})
+    if unknown:
+        raise ConfigError(f"no method reads the data setting(s) {unknown}; known: {[p.user_setting for p in parts]}")
     if clean:
         inp.pair, inp.answer, inp.wrong = (clean, corrupt), None, None
-    if truth_data:
-        from interplab.probes.truth.data import user_truth_set
-
-        inp.truth_items = user_truth_set(truth_data, limit=n_items, seed=seed)
-        inp.missing.pop("truth", None)
-    if decode_data:
-        from interplab.data.user import user_records
-        from interplab.probes.decodeshare.tasks import user_task_sets
-
-        calib, _ = user_task_sets(model, list(user_records("decodeshare", decode_data)), seed=seed)
-        inp.decode_prompts = {name: s.prompts[:n_decode] for name, s in calib.items()}
-        inp.missing.pop("decodeshare", None)
-    if crh_data:
-        from interplab.data.user import user_records
-        from interplab.probes.crh.real_data import user_concept_data
-
-        data = user_concept_data(user_records("crh", crh_data), seed=seed, max_train=n_pairs, model=model)
-        chosen = [d for d in data if d.name == concept] or data[:1]  # the default concept is a toy one
-        inp.concept_pairs = chosen[0].train_pairs
-        inp.missing.pop("crh", None)
+    ctx = AtlasContext(seed=seed, n_items=n_items, n_decode=n_decode, n_pairs=n_pairs, concept=concept,
+                       planted=inp.planted)
+    for part in parts:
+        if files.get(part.user_setting):
+            inp.data[part.method] = {**inp.method_data(part), **part.user_data(model, files[part.user_setting], ctx)}
+            inp.missing.pop(part.method, None)
     return inp

@@ -19,7 +19,7 @@ METHOD = MethodSpec(
         "Browse a trained SAE's features: top-activating contexts, activation histograms, the tokens each feature "
         "promotes, and steering the model with a feature.",
         first_button="Compute feature statistics", buttons=("fb_compute", "fb_generate"))),
-    elsewhere=("interplab.data.adapters.chat_messages",),
+    elsewhere=("interplab.interventions.sae", "interplab.data.adapters.chat_messages"),
     doc="docs/sae.md",
     tests="tests/sae",
     data=DataSpec(("messages",), ("user", "assistant", "system", "split"), experiment="sae-train",

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from interplab.core.errors import ConfigError, DataError, InputError
-from interplab.core.edit import Edit
+from interplab.interventions.block_diagonal import BlockDiagonalAttention  # noqa: F401 - re-exported
 from interplab.sae.chat import chat_ids, is_dialogue, text_ids
 
 
@@ -350,31 +350,6 @@ def segment_ids(sample: torch.Tensor) -> torch.Tensor:
     new = torch.ones_like(s, dtype=torch.bool)
     new[..., 1:] = (s[..., 1:] != s[..., :-1]) | (s[..., 1:] < 0)
     return new.long().cumsum(-1) - 1
-
-
-class BlockDiagonalAttention(Edit):
-    """At every layer's post-softmax attention pattern, remove attention across segments and renormalise each
-    query row, which equals a -inf mask on the scores before the softmax. With RoPE (relative positions) a packed
-    block then computes exactly the per-sample activations ("differs only in packing", spec T4). Models with
-    learned absolute positions would also need per-segment position ids (not done here).
-
-    segments: [b, p] segment index per position (see `segment_ids`)."""
-
-    def __init__(self, n_layers: int, segments: torch.Tensor):
-        self.sites = tuple(f"attn_pattern.{l}" for l in range(n_layers))
-        self.segments = torch.as_tensor(segments)
-        self.phases = ("prefill",)
-
-    def apply(self, site, x, ctx):
-        seg = self.segments.to(x.device)
-        if tuple(seg.shape) != (x.shape[0], x.shape[-1]):
-            raise InputError(f"segments {tuple(seg.shape)} do not match the pattern {tuple(x.shape)}")
-        same = (seg[:, :, None] == seg[:, None, :]).to(x.dtype)[:, None]
-        y = x * same
-        return y / y.sum(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-
-    def __repr__(self):
-        return f"BlockDiagonalAttention(n_layers={len(self.sites)}, segments={tuple(self.segments.shape)})"
 
 
 def mixed_batches(provider: Any, *, batch_tokens: int, buffer_tokens: int | None = None, mix_fraction: float = 0.5,

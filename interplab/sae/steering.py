@@ -1,9 +1,5 @@
-"""SAE edits: splice the reconstruction in (evaluation) and steer with a decoder direction (paper §6, App. F).
-
-Steering is additive, not clamping: x' = x + alpha * W_dec[k] at the SAE's site. Because SAE decoding is linear,
-this equals adding alpha on feature k at the SAE's post-activation with the error term kept (tested). Positions:
-"all" (prompt and generated tokens), "template" (prompt positions holding chat-template tokens), "generated"
-(generated tokens only)."""
+"""SAE steering (paper §6, App. F): the template-token positions, the alpha sweep and its result. The edits themselves
+(`SAESplice`, `SAESteer`) are defined in `interplab.interventions.sae` and re-exported here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,32 +8,9 @@ from typing import Any, Sequence
 
 import torch
 
-from interplab.core.errors import ConfigError, InputError, ShapeError
-from interplab.core.edit import PHASES, Edit
+from interplab.core.errors import InputError
 from interplab.core.result import Result
-
-
-class SAESplice(Edit):
-    """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real position."""
-
-    def __init__(self, sae: Any, site: str | None = None, phases: Sequence[str] = PHASES):
-        from interplab.sae.sites import load_sae, sae_site
-
-        self.sae = load_sae(sae)
-        self.sites = (sae_site(self.sae, site),)
-        self.phases = tuple(phases)
-        self._validate_phases()
-
-    def apply(self, site, x, ctx):
-        if x.shape[-1] != self.sae.cfg.d_in:
-            raise ShapeError(f"SAE d_in {self.sae.cfg.d_in} does not match {site} width {x.shape[-1]}")
-        dev = self.sae.W_dec.device
-        with torch.no_grad():
-            xh = self.sae.decode(self.sae.encode(x.to(dev, self.sae.W_dec.dtype)))
-        return xh.to(device=x.device, dtype=x.dtype)
-
-    def __repr__(self):
-        return f"SAESplice(site={self.sites[0]!r}, d_sae={self.sae.cfg.d_sae}, arch={self.sae.cfg.architecture()!r})"
+from interplab.interventions.sae import SAESplice, SAESteer  # noqa: F401 - the SAE edits live with the others
 
 
 def template_token_ids(tokenizer: Any) -> list[int]:
@@ -52,70 +25,6 @@ def template_token_ids(tokenizer: Any) -> list[int]:
     pad = getattr(tokenizer, "pad_token_id", None)
     ids.discard(pad)
     return sorted(ids)
-
-
-class SAESteer(Edit):
-    """x <- x + alpha * W_dec[feature] at the SAE's site.
-
-    positions: "all" | "generated" | "template". "template" needs `prompt_ids` (the token ids of each batch row's
-    prompt, in batch order) and `template_ids`; it edits prompt positions whose token is a template token (tokens
-    generated later are not inspected). alpha = 0 is skipped entirely (bit-identical to no edit)."""
-
-    def __init__(self, sae: Any, feature: int, alpha: float, *, site: str | None = None, positions: str = "all",
-                 prompt_ids: Sequence[Sequence[int]] | None = None, template_ids: Sequence[int] | None = None,
-                 normalize: bool = False):
-        from interplab.sae.sites import load_sae, sae_site
-
-        self.sae = load_sae(sae)
-        d_sae = int(self.sae.cfg.d_sae)
-        if not 0 <= int(feature) < d_sae:
-            raise InputError(f"feature {feature} out of range for an SAE with {d_sae} features")
-        self.feature, self.alpha, self.mode = int(feature), float(alpha), positions
-        v = self.sae.W_dec[self.feature].detach().float().cpu()
-        self.vector = v / v.norm().clamp_min(1e-12) if normalize else v
-        self.sites = (sae_site(self.sae, site),)
-        if positions == "all":
-            self.positions = "all"
-        elif positions == "generated":
-            self.positions = "decode"
-        elif positions == "template":
-            if prompt_ids is None or template_ids is None:
-                raise InputError("positions='template' needs prompt_ids and template_ids")
-            self._tmask = _template_masks(prompt_ids, template_ids)
-            self.positions = self._template_positions
-        else:
-            raise ConfigError(f"positions must be 'all', 'template' or 'generated', got {positions!r}")
-
-    def _template_positions(self, ctx) -> torch.Tensor:
-        tm = self._tmask.to(ctx.positions.device)
-        if tm.shape[0] != ctx.positions.shape[0]:
-            raise ShapeError(f"prompt_ids has {tm.shape[0]} rows, the batch has {ctx.positions.shape[0]}")
-        pos = ctx.positions.clamp(min=0)
-        inside = pos < tm.shape[1]
-        vals = torch.gather(tm, 1, pos.clamp(max=tm.shape[1] - 1))
-        return vals & inside & (ctx.positions < ctx.prompt_lengths[:, None]) & (ctx.positions >= 0)
-
-    def is_noop(self) -> bool:
-        return self.alpha == 0.0
-
-    def apply(self, site, x, ctx):
-        if x.shape[-1] != self.vector.shape[0]:
-            raise ShapeError(f"W_dec row width {self.vector.shape[0]} does not match {site} width {x.shape[-1]}")
-        return x + self.alpha * self.vector.to(device=x.device, dtype=x.dtype)
-
-    def __repr__(self):
-        return (f"SAESteer(site={self.sites[0]!r}, feature={self.feature}, alpha={self.alpha}, "
-                f"positions={self.mode!r})")
-
-
-def _template_masks(prompt_ids: Sequence[Sequence[int]], template_ids: Sequence[int]) -> torch.Tensor:
-    T = max(len(p) for p in prompt_ids)
-    m = torch.zeros(len(prompt_ids), T, dtype=torch.bool)
-    tset = torch.tensor(sorted(set(int(t) for t in template_ids)) or [-1])
-    for i, p in enumerate(prompt_ids):
-        if len(p):
-            m[i, :len(p)] = torch.isin(torch.tensor(list(p)), tset)
-    return m
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -105,3 +105,15 @@ def test_method_code_outside_its_package_follows_the_stated_rule():
                 *[p for p in (pkg / "data" / "adapters").glob("[a-z]*.py") if p.stem != "text_corpus"]]
     names = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in specific}
     assert names - set(claimed) == set(), "method-specific modules no method declares"
+
+
+def test_edits_are_defined_in_interventions_only():
+    """Every Edit subclass of the package is defined under interplab/interventions (the hook layer's private guard,
+    models/lab_model.py's _PadNaNGuard, sits below interventions and is not a user edit)."""
+    import re
+
+    rx = re.compile(r"^class (\w+)\([^)]*\bEdit\b[^)]*\):", re.M)
+    outside = [f"{p.relative_to(ROOT)}:{m}" for p in (ROOT / "interplab").rglob("*.py")
+               if "interventions" not in p.parts and p.name != "edit.py"
+               for m in rx.findall(p.read_text()) if m != "_PadNaNGuard"]
+    assert not outside, f"edits defined outside interplab/interventions: {outside}"

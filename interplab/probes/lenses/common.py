@@ -1,4 +1,5 @@
-"""What every lens shares: a clean/corrupt prompt pair, answer tokens, the metric, and grid edits.
+"""What every lens shares: a clean/corrupt prompt pair, answer tokens, the metric (the grid edits it uses are defined
+with the other edits, in interventions/grid.py).
 
 A metric is any callable `logits_last [B, d_vocab] -> [B]` (the logits at the prompt's last position). The default
 is the logit difference `logit[answer] - logit[wrong]`, the metric of TransformerLens's patching tutorials. Every
@@ -11,7 +12,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from interplab.core.edit import Edit, StepContext
+from interplab.interventions.grid import CellPatch, GradProbe, Interpolate  # noqa: F401 - the lenses' grid edits
 from interplab.core.errors import InputError
 from interplab.core.sites import LAYER_KINDS
 
@@ -108,57 +109,6 @@ def check_kinds(kinds: Sequence[str]) -> list[str]:
         raise InputError(f"patchable site kinds are {PATCH_KINDS} (layer given separately), got {kinds}; "
                          f"all layer kinds: {LAYER_KINDS}")
     return kinds
-
-
-class CellPatch(Edit):
-    """Row r of the batch gets `source` written in where `mask[r]` is True (a Patch-style edit for patching grids).
-
-    source: [1, p, ...] activations of the other run at this site (same columns as the batch: no padding).
-    mask: [B, p] (or [B, p, n_heads] on attn_z: a head-indexed patch). One forward then patches a different
-    (position, head) cell in every row."""
-
-    def __init__(self, site: str, source: torch.Tensor, mask: torch.Tensor):
-        self.sites = (site,)
-        self.source = source
-        self.mask = mask
-
-    def apply(self, site, x, ctx: StepContext):
-        m = self.mask.to(x.device)
-        m = m.reshape(*m.shape, *([1] * (x.ndim - m.ndim)))
-        return torch.where(m, self.source.to(device=x.device, dtype=x.dtype), x)
-
-    def __repr__(self):
-        return f"CellPatch(site={self.sites[0]!r}, rows={self.mask.shape[0]}, cells={int(self.mask.sum())})"
-
-
-class Interpolate(Edit):
-    """x <- x + alpha[r] * (target - x) in row r: the integrated-gradients path from one run to the other."""
-
-    def __init__(self, site: str, target: torch.Tensor, alphas: torch.Tensor):
-        self.sites = (site,)
-        self.target = target
-        self.alphas = alphas
-
-    def apply(self, site, x, ctx):
-        a = self.alphas.to(device=x.device, dtype=x.dtype).reshape(-1, *([1] * (x.ndim - 1)))
-        return x + a * (self.target.to(device=x.device, dtype=x.dtype) - x)
-
-    def __repr__(self):
-        return f"Interpolate(site={self.sites[0]!r}, steps={self.alphas.numel()})"
-
-
-class GradProbe(Edit):
-    """x <- x + delta with delta a zero leaf tensor that requires grad: d metric / d delta = d metric / d x."""
-
-    def __init__(self, site: str, delta: torch.Tensor):
-        self.sites = (site,)
-        self.delta = delta
-
-    def apply(self, site, x, ctx):
-        return x + self.delta.to(x.dtype)
-
-    def __repr__(self):
-        return f"GradProbe(site={self.sites[0]!r})"
 
 
 FALLBACK_PAIR = ("The capital of France is", "The capital of Italy is")

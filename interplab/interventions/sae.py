@@ -1,0 +1,158 @@
+"""SAE edits, with where an SAE reads: splice the reconstruction in (evaluation) and steer with a decoder direction
+(FAST SAE paper §6, App. F); interplab site <-> SAELens hook-name mapping, an SAE's site from its metadata, and
+loading an SAE from a directory or passing an SAE object through. Defined here with every other edit; the SAE
+method (`interplab.sae`) re-exports them.
+
+Steering is additive, not clamping: x' = x + alpha * W_dec[k] at the SAE's site. Because SAE decoding is linear,
+this equals adding alpha on feature k at the SAE's post-activation with the error term kept (tested). Positions:
+"all" (prompt and generated tokens), "template" (prompt positions holding chat-template tokens), "generated"
+(generated tokens only)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from interplab.core.edit import PHASES, Edit
+from interplab.core.errors import ConfigError, InputError, ShapeError
+
+__all__ = ["SAESplice", "SAESteer", "site_to_hook_name", "hook_name_to_site", "sae_site", "load_sae"]
+
+# interplab site kind -> TransformerLens (legacy) hook suffix used by SAELens metadata.
+_SITE_TO_HOOK = {
+    "resid_pre": "hook_resid_pre",
+    "resid_post": "hook_resid_post",
+    "attn_out": "hook_attn_out",
+    "mlp_out": "hook_mlp_out",
+}
+_HOOK_TO_SITE = {v: k for k, v in _SITE_TO_HOOK.items()}
+_HOOK_TO_SITE.update({"hook_out": "resid_post", "hook_in": "resid_pre"})
+
+
+def site_to_hook_name(site: str) -> str:
+    """`resid_post.2` -> `blocks.2.hook_resid_post` (the name SAELens, Neuronpedia and sae-dashboard expect)."""
+    m = re.fullmatch(r"([a-z_]+)\.(\d+)", site)
+    if not m or m.group(1) not in _SITE_TO_HOOK:
+        raise ConfigError(
+            f"SAE site {site!r} is not supported; use one of "
+            f"{', '.join(k + '.L' for k in _SITE_TO_HOOK)} (residual-width sites)")
+    return f"blocks.{m.group(2)}.{_SITE_TO_HOOK[m.group(1)]}"
+
+
+def hook_name_to_site(hook_name: str) -> str:
+    """`blocks.2.hook_resid_post` (or canonical `blocks.2.hook_out`) -> `resid_post.2`; interplab site names pass."""
+    if re.fullmatch(r"(resid_pre|resid_post|attn_out|mlp_out)\.\d+", hook_name or ""):
+        return hook_name
+    m = re.fullmatch(r"blocks\.(\d+)\.(hook_[a-z_]+)", hook_name or "")
+    if not m or m.group(2) not in _HOOK_TO_SITE:
+        raise ConfigError(
+            f"cannot map SAE hook name {hook_name!r} to an interplab site; pass site='resid_post.L' explicitly")
+    return f"{_HOOK_TO_SITE[m.group(2)]}.{m.group(1)}"
+
+
+def sae_site(sae: Any, site: str | None = None) -> str:
+    """The interplab site an SAE reads from: explicit `site`, else its metadata."""
+    if site is not None:
+        return site
+    md = sae.cfg.metadata
+    s = md.get("interplab_site") if hasattr(md, "get") else None
+    if s:
+        return s
+    return hook_name_to_site(md.hook_name)
+
+
+def load_sae(sae_or_path: Any, device: str = "cpu"):
+    """An SAE object passes through; a directory loads with `sae_lens.SAE.load_from_disk`."""
+    if isinstance(sae_or_path, (str, Path)):
+        from sae_lens import SAE
+
+        p = Path(sae_or_path)
+        if not (p / "cfg.json").exists():
+            raise InputError(f"{p} is not an SAELens directory (no cfg.json); train one with interplab.sae.train_sae")
+        return SAE.load_from_disk(str(p), device=device)
+    return sae_or_path
+
+
+class SAESplice(Edit):
+    """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real position."""
+
+    def __init__(self, sae: Any, site: str | None = None, phases: Sequence[str] = PHASES):
+        self.sae = load_sae(sae)
+        self.sites = (sae_site(self.sae, site),)
+        self.phases = tuple(phases)
+        self._validate_phases()
+
+    def apply(self, site, x, ctx):
+        if x.shape[-1] != self.sae.cfg.d_in:
+            raise ShapeError(f"SAE d_in {self.sae.cfg.d_in} does not match {site} width {x.shape[-1]}")
+        dev = self.sae.W_dec.device
+        with torch.no_grad():
+            xh = self.sae.decode(self.sae.encode(x.to(dev, self.sae.W_dec.dtype)))
+        return xh.to(device=x.device, dtype=x.dtype)
+
+    def __repr__(self):
+        return f"SAESplice(site={self.sites[0]!r}, d_sae={self.sae.cfg.d_sae}, arch={self.sae.cfg.architecture()!r})"
+
+
+class SAESteer(Edit):
+    """x <- x + alpha * W_dec[feature] at the SAE's site.
+
+    positions: "all" | "generated" | "template". "template" needs `prompt_ids` (the token ids of each batch row's
+    prompt, in batch order) and `template_ids`; it edits prompt positions whose token is a template token (tokens
+    generated later are not inspected). alpha = 0 is skipped entirely (bit-identical to no edit)."""
+
+    def __init__(self, sae: Any, feature: int, alpha: float, *, site: str | None = None, positions: str = "all",
+                 prompt_ids: Sequence[Sequence[int]] | None = None, template_ids: Sequence[int] | None = None,
+                 normalize: bool = False):
+        self.sae = load_sae(sae)
+        d_sae = int(self.sae.cfg.d_sae)
+        if not 0 <= int(feature) < d_sae:
+            raise InputError(f"feature {feature} out of range for an SAE with {d_sae} features")
+        self.feature, self.alpha, self.mode = int(feature), float(alpha), positions
+        v = self.sae.W_dec[self.feature].detach().float().cpu()
+        self.vector = v / v.norm().clamp_min(1e-12) if normalize else v
+        self.sites = (sae_site(self.sae, site),)
+        if positions == "all":
+            self.positions = "all"
+        elif positions == "generated":
+            self.positions = "decode"
+        elif positions == "template":
+            if prompt_ids is None or template_ids is None:
+                raise InputError("positions='template' needs prompt_ids and template_ids")
+            self._tmask = _template_masks(prompt_ids, template_ids)
+            self.positions = self._template_positions
+        else:
+            raise ConfigError(f"positions must be 'all', 'template' or 'generated', got {positions!r}")
+
+    def _template_positions(self, ctx) -> torch.Tensor:
+        tm = self._tmask.to(ctx.positions.device)
+        if tm.shape[0] != ctx.positions.shape[0]:
+            raise ShapeError(f"prompt_ids has {tm.shape[0]} rows, the batch has {ctx.positions.shape[0]}")
+        pos = ctx.positions.clamp(min=0)
+        inside = pos < tm.shape[1]
+        vals = torch.gather(tm, 1, pos.clamp(max=tm.shape[1] - 1))
+        return vals & inside & (ctx.positions < ctx.prompt_lengths[:, None]) & (ctx.positions >= 0)
+
+    def is_noop(self) -> bool:
+        return self.alpha == 0.0
+
+    def apply(self, site, x, ctx):
+        if x.shape[-1] != self.vector.shape[0]:
+            raise ShapeError(f"W_dec row width {self.vector.shape[0]} does not match {site} width {x.shape[-1]}")
+        return x + self.alpha * self.vector.to(device=x.device, dtype=x.dtype)
+
+    def __repr__(self):
+        return (f"SAESteer(site={self.sites[0]!r}, feature={self.feature}, alpha={self.alpha}, "
+                f"positions={self.mode!r})")
+
+
+def _template_masks(prompt_ids: Sequence[Sequence[int]], template_ids: Sequence[int]) -> torch.Tensor:
+    T = max(len(p) for p in prompt_ids)
+    m = torch.zeros(len(prompt_ids), T, dtype=torch.bool)
+    tset = torch.tensor(sorted(set(int(t) for t in template_ids)) or [-1])
+    for i, p in enumerate(prompt_ids):
+        if len(p):
+            m[i, :len(p)] = torch.isin(torch.tensor(list(p)), tset)
+    return m

@@ -9,7 +9,7 @@ import numpy as np
 from interplab.core.errors import ShapeError
 
 __all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "t_interval", "intervals", "slope_interval",
-           "paired_signflip_test", "permutation_p", "spearman_interval", "wilson_interval", "normal_sf"]
+           "paired_signflip_test", "permutation_p", "spearman_interval", "wilson_interval", "normal_sf", "target_row"]
 
 
 def pearson(a, b) -> np.ndarray:
@@ -193,3 +193,29 @@ def normal_sf(z) -> np.ndarray:
     import math
 
     return np.array([0.5 * math.erfc(abs(v) / math.sqrt(2)) for v in np.ravel(z)]).reshape(np.shape(z))
+
+
+_OPS = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
+
+
+def target_row(values, op: str, threshold: float, *, level: float = 0.95) -> dict:
+    """One row of a validation's recovery table: how per-seed `values` meet the target `op threshold`.
+
+    The one NaN policy of every recovery table: a NaN seed fails its target and is counted in n_nan. ±inf is a value
+    (DecodeShare's ratio is inf when a control removes nothing) and compares as one: min and max are over the non-NaN
+    seeds; the mean and its Student-t interval over the finite ones, or the common infinite value when every
+    non-NaN seed is the same infinity (NaN otherwise). pass: no seed is NaN and every seed meets the target."""
+    if op not in _OPS:
+        raise ValueError(f"target op must be one of {sorted(_OPS)}, got {op!r}")
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    ok = ~np.isnan(v)
+    m, lo, hi = t_interval(v, level=level)
+    if not np.isfinite(v).any() and ok.any() and np.unique(v[ok]).size == 1:
+        m = lo = hi = float(v[ok][0])
+    with np.errstate(invalid="ignore"):
+        meets = _OPS[op](v, threshold)
+    return {"target": f"{op} {threshold:g}", "mean": m, "t95_lo": lo, "t95_hi": hi,
+            "min": float(v[ok].min()) if ok.any() else float("nan"),
+            "max": float(v[ok].max()) if ok.any() else float("nan"),
+            "n_seeds": int(v.size), "n_nan": int((~ok).sum()),
+            "pass": bool(v.size and ok.all() and meets.all())}

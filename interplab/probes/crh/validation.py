@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 
 from interplab.core.errors import ConfigError
-from interplab.core.nan import finite_max, finite_min
 from interplab.core.result import Result
 from interplab.probes import stats
 
@@ -65,20 +64,13 @@ class CrhValidation(Result):
     def recovery_table(self) -> pd.DataFrame:
         """Per condition and target metric: mean, Student-t 95 % interval over seeds, min, max, pass (every seed
         meets the target). The negative controls are expected to fail."""
-        ops = {">=": np.greater_equal, "<=": np.less_equal}
         rows = []
         for cond in CONDITIONS:
             sub = self.per_seed[self.per_seed.condition == cond]
             if sub.empty:
                 continue
-            for metric, op, thr in TARGETS:
-                v = sub[metric].to_numpy(dtype=float)
-                m, lo, hi = stats.t_interval(v)
-                rows.append({"condition": cond, "metric": metric, "target": f"{op} {thr:g}", "mean": m,
-                             "t95_lo": lo, "t95_hi": hi, "min": finite_min(v), "max": finite_max(v),
-                             "n_seeds": int(v.size), "n_nan": int((~np.isfinite(v)).sum()),
-                             "pass": bool(np.all(np.isfinite(v) & ops[op](np.nan_to_num(v, nan=np.inf if op == "<="
-                                                                                      else -np.inf), thr)))})
+            rows += [{"condition": cond, "metric": metric, **stats.target_row(sub[metric], op, thr)}
+                     for metric, op, thr in TARGETS]
         return pd.DataFrame(rows)
 
     def passed(self) -> bool:

@@ -50,16 +50,9 @@ class DecodeShareValidation(Result):
     settings: dict = field(default_factory=dict)
 
     def recovery_table(self) -> pd.DataFrame:
-        ops = {">=": np.greater_equal, "<=": np.less_equal, ">": np.greater}
-        rows = []
-        for metric, op, thr in TARGETS:
-            v = self.per_seed[metric].to_numpy(dtype=float)
-            fin = v[np.isfinite(v)]
-            m, lo, hi = stats.t_interval(fin) if fin.size else (float("inf"),) * 3
-            rows.append({"metric": metric, "target": f"{op} {thr:g}", "mean": m, "t95_lo": lo, "t95_hi": hi,
-                         "min": float(v.min()), "max": float(v.max()), "n_seeds": int(v.size),
-                         "pass": bool(ops[op](v, thr).all())})
-        return pd.DataFrame(rows)
+        """One row per target over seeds (`stats.target_row`, the NaN policy of every recovery table)."""
+        return pd.DataFrame([{"metric": metric, **stats.target_row(self.per_seed[metric], op, thr)}
+                             for metric, op, thr in TARGETS])
 
     def passed(self) -> bool:
         return bool(self.recovery_table()["pass"].all())

@@ -7,18 +7,20 @@ model in `models`; entries "planted:truth", "planted:decodeshare", "planted:crh"
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from interplab.core.errors import ConfigError
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
+from interplab.probes.lenses.atlas import AtlasConfig
 
 PLANTED = ("planted:truth", "planted:decodeshare", "planted:crh")
 
 
 @dataclass
-class AtlasExperimentConfig:
-    """Config of `atlas`.
+class AtlasExperimentConfig(AtlasConfig):
+    """Config of `atlas`: every AtlasConfig field (interplab.probes.lenses.atlas: n_truth_items, truth_solver,
+    n_decode_prompts, n_concept_pairs, concept, directions, top_k, n_boot, n_perm, batch_size, seed), plus:
 
     models: zoo names, checkpoint paths or "planted:<truth|decodeshare|crh>" (built in the run folder).
     reference: a model whose per-layer PR minus each model's is shown as the PR change ("" = none).
@@ -26,21 +28,11 @@ class AtlasExperimentConfig:
     Your own inputs (docs/data.md; "" = the built-in ones): clean / corrupt: the patching / DLA prompt pair;
     truth_data: a Truth-Score file (text, label); decode_data: a DecodeShare file (task, prompt, answer);
     crh_data: a CRH pair file, of which `concept` is used (the first concept when `concept` is not in it).
-    They apply to every model that is not a validation organism (those keep their planted data).
-    The other fields are AtlasConfig's (interplab.probes.lenses.atlas)."""
+    They apply to every model that is not a validation organism (those keep their planted data)."""
 
+    direction_layer: int = -1          # AtlasConfig's None ("automatic") as a value the command line can set
     models: list[str] = field(default_factory=lambda: ["zoo:toy-chat", *PLANTED])
     reference: str = ""
-    n_truth_items: int = 128
-    truth_solver: str = "lbfgs"
-    n_decode_prompts: int = 16
-    n_concept_pairs: int = 48
-    concept: str = "animal"
-    direction_layer: int = -1
-    directions: bool = True
-    top_k: int = 5
-    n_boot: int = 2000
-    seed: int = 0
     backend: str = "bridge"
     device: str = "cpu"
     dtype: str = "float32"
@@ -51,6 +43,12 @@ class AtlasExperimentConfig:
     crh_data: str = ""
     threads: int = 1
     figure_formats: list[str] = field(default_factory=lambda: ["html"])
+
+    def atlas_config(self) -> AtlasConfig:
+        """The AtlasConfig part of this config (validated)."""
+        own = {f.name: getattr(self, f.name) for f in fields(AtlasConfig)}
+        own["direction_layer"] = None if self.direction_layer < 0 else self.direction_layer
+        return AtlasConfig(**own).validate()
 
     def __post_init__(self):
         if not self.models:
@@ -96,14 +94,11 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
     import torch
 
     from interplab.figures import atlas as F
-    from interplab.probes.lenses.atlas import AtlasConfig, atlas, default_inputs
+    from interplab.probes.lenses.atlas import atlas, default_inputs
     from interplab.probes.lenses.atlas_inputs import with_user_data
 
     torch.set_num_threads(max(1, cfg.threads))
-    acfg = AtlasConfig(n_truth_items=cfg.n_truth_items, truth_solver=cfg.truth_solver,
-                       n_decode_prompts=cfg.n_decode_prompts, n_concept_pairs=cfg.n_concept_pairs,
-                       concept=cfg.concept, direction_layer=None if cfg.direction_layer < 0 else cfg.direction_layer,
-                       directions=cfg.directions, top_k=cfg.top_k, n_boot=cfg.n_boot, seed=cfg.seed).validate()
+    acfg = cfg.atlas_config()
     reference = _load(cfg.reference, cfg, run) if cfg.reference else None
     summary, tables = {"config": asdict(cfg), "models": {}}, {"agreement": [], "overlaps": [], "planted": []}
     for name in cfg.models:

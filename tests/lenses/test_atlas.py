@@ -243,3 +243,19 @@ def test_user_inputs_replace_the_built_in_ones(organisms, tmp_path):
         AtlasExperimentConfig(clean="a")
     with pytest.raises(ConfigError, match="no such file: truth_data"):
         AtlasExperimentConfig(truth_data=str(tmp_path / "missing.csv"))
+
+
+def test_the_atlas_experiment_config_is_an_atlas_config():
+    """Issue 26 §3: the experiment's config derives from AtlasConfig, so every atlas setting (n_perm, batch_size
+    included) is settable from the command line."""
+    from dataclasses import fields
+
+    from interplab.experiments.atlas import AtlasExperimentConfig
+    from interplab.experiments.registry import build_config
+    from interplab.probes.lenses.atlas import AtlasConfig
+
+    cfg = build_config(AtlasExperimentConfig, {"n_perm": "500", "batch_size": "8", "direction_layer": "2"})
+    assert isinstance(cfg, AtlasConfig) and {f.name for f in fields(AtlasConfig)} <= {f.name for f in fields(cfg)}
+    a = cfg.atlas_config()
+    assert type(a) is AtlasConfig and (a.n_perm, a.batch_size, a.direction_layer) == (500, 8, 2)
+    assert AtlasExperimentConfig().atlas_config().direction_layer is None

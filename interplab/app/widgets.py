@@ -198,3 +198,10 @@ def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved 
                         help=None if own else f"The run committed with interplab; yours appear here after "
                                               f"`interplab run {experiment}`{hint}.")
     return load_run(path).result(result)
+
+
+def parse_list(text: str, field: str, item=float) -> list:
+    """A comma-separated box ("0,0.5,1") as a list, parsed as `--set field=...` is (a ConfigError names the field)."""
+    from interplab.experiments.registry import parse_value
+
+    return parse_value(text, list[item], field=field)

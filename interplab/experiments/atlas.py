@@ -14,7 +14,14 @@ from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.probes.lenses.atlas import AtlasConfig
 
-PLANTED = ("planted:truth", "planted:decodeshare", "planted:crh")
+def _planted() -> tuple[str, ...]:
+    """"planted:<method>" for every method that declares a validation organism (interplab.methods)."""
+    from interplab.zoo.validation import validation_kinds
+
+    return tuple(f"planted:{k}" for k in validation_kinds())
+
+
+PLANTED = _planted()
 
 
 @dataclass
@@ -22,7 +29,8 @@ class AtlasExperimentConfig(AtlasConfig):
     """Config of `atlas`: every AtlasConfig field (interplab.probes.lenses.atlas: n_truth_items, truth_solver,
     n_decode_prompts, n_concept_pairs, concept, directions, top_k, n_boot, n_perm, batch_size, seed), plus:
 
-    models: zoo names, checkpoint paths or "planted:<truth|decodeshare|crh>" (built in the run folder).
+    models: zoo names, checkpoint paths or "planted:<method>" (a method's validation organism, built in the run
+    folder: truth, decodeshare, crh).
     reference: a model whose per-layer PR minus each model's is shown as the PR change ("" = none).
     direction_layer: resid_post.L of the direction methods (-1 = automatic: planted site, SAE layer, middle).
     Your own inputs (docs/data.md; "" = the built-in ones): clean / corrupt: the patching / DLA prompt pair;
@@ -70,14 +78,10 @@ class AtlasExperimentConfig(AtlasConfig):
 
 def _load(name: str, cfg: AtlasExperimentConfig, run):
     import interplab
-    from interplab.zoo.validation.crh import build_planted_crh_organism
-    from interplab.zoo.validation.decodeshare import build_planted_decode_organism
-    from interplab.zoo.validation.truth_scores import build_planted_truth_organism
+    from interplab.zoo.validation import validation_organism
 
     if name.startswith("planted:"):
-        build = {"truth": build_planted_truth_organism, "decodeshare": build_planted_decode_organism,
-                 "crh": build_planted_crh_organism}[name.split(":")[1]]
-        name = str(build(run.path / "organisms" / name.replace(":", "-")))
+        name = str(validation_organism(name.split(":")[1], run.path / "organisms" / name.replace(":", "-")))
     return interplab.load_model(name, backend=cfg.backend, device=cfg.device, dtype=cfg.dtype)
 
 

@@ -86,6 +86,9 @@ class MethodSpec:
     elsewhere: the method's modules that the layer rule places outside its package (docs/architecture.md): edits in
         `interventions`, training in `train`, organisms and their recipes in `zoo`, its data builders and adapters in
         `data`, grammars in `grammar`. A test checks that each exists and that none is claimed twice.
+    validation_organism: dotted reference to `build(path) -> Path`, the builder of its validation organism (a
+        checkpoint with the mechanism planted by construction, `interplab.zoo.validation`), or ""; validation_label:
+        what is planted, in a few words (the atlas page's choice).
     """
 
     name: str
@@ -102,13 +105,15 @@ class MethodSpec:
     smoke: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     atlas: str = ""
     elsewhere: tuple[str, ...] = ()
+    validation_organism: str = ""
+    validation_label: str = ""
 
     def validate(self) -> "MethodSpec":
         if not _NAME.match(self.name):
             raise ConfigError(f"method name {self.name!r} must be a lower-case identifier (letters, digits, _): it "
                               "is the one spelling every layer keys by")
         for ref in (self.package, self.figures, *self.experiment_modules, *([self.atlas] if self.atlas else []),
-                    *self.elsewhere):
+                    *self.elsewhere, *([self.validation_organism] if self.validation_organism else [])):
             if not _REF.match(ref):
                 raise ConfigError(f"method {self.name!r}: {ref!r} is not a dotted module reference")
         if not self.experiments or not self.pages:

@@ -15,6 +15,8 @@ METHOD = MethodSpec(
         "and what a cylinder penalty or sector steering does to the model's output.",
         reopens=("crh-",)),),
     elsewhere=("interplab.zoo.validation.crh", "interplab.data.concepts", "interplab.data.adapters.crh_concepts"),
+    validation_organism="interplab.zoo.validation.crh:build_planted_crh_organism",
+    validation_label="planted CRH cylinder",
     doc="docs/crh.md",
     tests="tests/crh",
     data=DataSpec(("concept", "question", "resp_no_concept", "resp_with_concept"), ("qid", "cid", "concept_words"),

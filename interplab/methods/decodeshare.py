@@ -18,6 +18,8 @@ METHOD = MethodSpec(
         buttons=("ds_run", "ds_pb_run"), reopens=("decodeshare",)),),
     elsewhere=("interplab.interventions.patchback", "interplab.zoo.validation.decodeshare", "interplab.data.multitask",
                "interplab.data.adapters.decodeshare_pool"),
+    validation_organism="interplab.zoo.validation.decodeshare:build_planted_decode_organism",
+    validation_label="planted decode subspace",
     doc="docs/decodeshare.md",
     tests="tests/decodeshare",
     data=DataSpec(("task", "prompt", "answer"), ("choices", "split"), experiment="decodeshare"),

@@ -18,6 +18,8 @@ METHOD = MethodSpec(
         reopens=("truth-",)),),
     elsewhere=("interplab.interventions.head_gate", "interplab.zoo.validation.truth_scores", "interplab.data.ctxmem",
                "interplab.data.adapters.halueval"),
+    validation_organism="interplab.zoo.validation.truth_scores:build_planted_truth_organism",
+    validation_label="planted truth heads",
     doc="docs/truth_scores.md",
     tests="tests/truth_scores",
     data=DataSpec(("text", "label"), (), experiment="truth-scores"),

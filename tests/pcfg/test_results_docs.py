@@ -141,3 +141,20 @@ def test_docs_quote_the_training_seed_replicas():
            f"{pr[pr.k >= 1].r2_random_init.max():.2f})" in DOCS
     readme_fin = [fin[i]["3"] for i in range(3)]
     assert f"exact in all ({fmt(min(readme_fin))}–{fmt(max(readme_fin))} nats)" in README
+
+
+def test_the_page_helpers_compute_what_the_page_did():
+    """Issue 26 §4: the PCFG page's per-sentence KL and summary line come from probes.pcfg (same numbers)."""
+    import numpy as np
+
+    from interplab.probes.pcfg import describe_kl_summary, position_kl
+
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(5), 7), rng.dirichlet(np.ones(5), 7)
+    p[0, 0] = 0.0
+    page = np.where(p > 0, p * (np.log(np.clip(p, 1e-300, None)) - np.log(np.clip(q, 1e-300, None))), 0).sum(-1)
+    np.testing.assert_array_equal(position_kl(p, q), page)
+    line = describe_kl_summary({"kl": 0.5, "kl_se": 0.01, "tv": 0.2, "excess_nll": 0.49, "kl_token": 0.5,
+                                "entropy_rate": 1.2, "kl_bigram": 0.9, "kl_unigram": 1.1})
+    assert line.startswith("mean KL **0.5000** ± 0.0100 nats/token (bigram 0.9000, unigram 1.1000)")
+    assert "bigram" not in describe_kl_summary({"kl": 0.5})

@@ -24,3 +24,16 @@ def test_an_unknown_base_is_still_an_unknown_organism():
 
     with pytest.raises(ModelNotFoundError, match="unknown zoo organism 'no-such-s1'"):
         get_recipe("no-such-s1")
+
+
+def test_validation_organisms_come_from_the_method_declarations(tmp_path):
+    from interplab.core.errors import ConfigError
+    from interplab.zoo.validation import validation_kinds, validation_organism
+
+    assert validation_kinds() == ["truth", "decodeshare", "crh"]
+    with pytest.raises(ConfigError, match="declares no validation organism"):
+        validation_organism("pcfg", tmp_path / "x")
+    p = validation_organism("crh", tmp_path / "crh")
+    stamp = (p / "planted_truth.json").stat().st_mtime_ns
+    assert validation_organism("crh", tmp_path / "crh") == p                     # a finished build is reused
+    assert (p / "planted_truth.json").stat().st_mtime_ns == stamp

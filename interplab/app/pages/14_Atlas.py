@@ -10,6 +10,7 @@ st.set_page_config(page_title="interplab · Atlas", page_icon=":microscope:", la
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
+from interplab.methods import methods  # noqa: E402
 from interplab.figures.atlas import (atlas_agreement_figure, atlas_head_map, atlas_layer_figure,  # noqa: E402
                                      atlas_overlap_figure)
 from interplab.probes.lenses.atlas import HEAD_LABELS, AtlasConfig, atlas  # noqa: E402
@@ -22,8 +23,7 @@ st.caption("Where do the methods agree? Truth Scores, activation patching and di
 
 name, backend = model_picker("model")
 device, dtype = picked_device_dtype("model")
-VALIDATION = {"truth": "validation: planted truth heads", "decodeshare": "validation: planted decode subspace",
-              "crh": "validation: planted CRH cylinder"}
+VALIDATION = {m.name: f"validation: {m.validation_label}" for m in methods() if m.validation_organism}
 target = st.radio("Atlas of", ["model", *VALIDATION], horizontal=True, key="at_target",
                   format_func=lambda k: f"the sidebar model ({name})" if k == "model" else VALIDATION[k],
                   help="The validation organisms have mechanisms planted by construction (interplab.zoo.validation): "
@@ -32,16 +32,15 @@ target = st.radio("Atlas of", ["model", *VALIDATION], horizontal=True, key="at_t
 
 @st.cache_resource(show_spinner="Building the validation organism...")
 def _organism(kind: str) -> str:
-    from interplab.results.runs import interplab_home
-    from interplab.zoo.validation.crh import build_planted_crh_organism
-    from interplab.zoo.validation.decodeshare import build_planted_decode_organism
-    from interplab.zoo.validation.truth_scores import build_planted_truth_organism
+    from interplab.zoo.validation import validation_organism
 
-    path = interplab_home() / "validation-organisms" / kind
-    if not (path / "planted_truth.json").exists():  # deterministic builds: a finished one is reused
-        {"truth": build_planted_truth_organism, "decodeshare": build_planted_decode_organism,
-         "crh": build_planted_crh_organism}[kind](path)
-    return str(path)
+    return str(validation_organism(kind))
+
+
+@st.cache_data(max_entries=8, show_spinner="Running every method...")
+def _atlas(key: tuple, cfg: AtlasConfig, ref_key: tuple | None, _model=None, _ref=None):
+    """The atlas of one (model, settings, reference): computed once per combination, not on every click."""
+    return atlas(_model, cfg, reference=_ref)
 
 
 model_name = name if target == "model" else _organism(target)
@@ -73,13 +72,13 @@ with st.expander("Options (the defaults run in seconds on the toy organisms)"):
 
 if st.button("Build atlas", key="at_run", type="primary"):
     try:
-        ref = None
+        ref, ref_key = None, None
         if reference.strip():
             ref = require_model(reference.strip(), backend, device, dtype)
+            ref_key = (state.normalize_name(reference.strip()), backend, device, dtype)
         cfg = AtlasConfig(n_truth_items=int(n_items), truth_solver=solver, concept=concept, directions=directions,
                           direction_layer=None if layer_opt == "auto" else int(layer_opt))
-        with st.spinner("Running every method..."):
-            st.session_state["at_result"] = atlas(model, cfg, reference=ref)
+        st.session_state["at_result"] = _atlas(model_key, cfg, ref_key, _model=model, _ref=ref)
     except InterplabError as exc:
         st.error(f"Cannot build the atlas: {exc}")
 if "at_result" not in st.session_state:

@@ -4,23 +4,22 @@ A thin view over `interplab.probes.decodeshare` and `interplab.interventions.pro
 makes)."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
 st.set_page_config(page_title="interplab · DecodeShare", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, saved_result, show_figure  # noqa: E402
+from interplab.app.widgets import (model_picker, parse_list, picked_device_dtype, require_model,  # noqa: E402
+                                   saved_result, show_figure)
 from interplab.core.errors import InterplabError  # noqa: E402
-from interplab.experiments.registry import parse_value  # noqa: E402
 from interplab.figures.decodeshare import (  # noqa: E402
     ablation_figure, alpha_sweep_figure, h3_grid_figure, principal_angle_figure, sensitivity_figure,
     variance_share_heatmap,
 )
 from interplab.interventions.projection import SubspaceProjection  # noqa: E402
 from interplab.probes.decodeshare import (  # noqa: E402
-    ALL_TASKS, Condition, DecodeShareConfig, build_bases, calibration_states, estimate_subspaces, multitask_sets,
+    ALL_TASKS, DecodeShareConfig, calibration_states, estimate_subspaces, multitask_sets, patchback_bases,
     resolve_format, run_study, sensitivity_sweep, study_patchback,
 )
 
@@ -180,7 +179,7 @@ if st.button("Run ablation", key="ds_run", disabled=ss.k_s == 0 or not parts):
                                 layer=layer, n_calib=n_calib, n_eval=n_eval, calib_max_new_tokens=max_new,
                                 eval_max_new_tokens=max_new + 2, rho=rho, tau=tau, tau_k=tau_k or 0.0,
                                 m=m or 0, mode=mode, null_perm_B=200, null_rot_B=0,
-                                alphas=parse_value(alphas, list[float], field="alphas"), n_boot=500,
+                                alphas=parse_list(alphas, "alphas"), n_boot=500,
                                 parts=list(parts))
         st.session_state["ds_result"] = (model_key, run_study(model, cfg, progress=_progress))
     except InterplabError as e:
@@ -224,8 +223,7 @@ if st.button("Run patchback", key="ds_pb_run", disabled=ss.k_s == 0):
 
     try:
         evals_pb = multitask_sets(model, list(tasks), n_eval, seed=1, split="test", fmt=fmt_used)
-        bases = ({"shared": Condition(ss.basis, 1.0, "decode Q_S")} if not pb_controls else
-                 build_bases(ss, ss_pre, np.concatenate(list(dec.values())), alpha=1.0, seed=0, prefill_states=pre))
+        bases = patchback_bases(ss, ss_pre, dec, controls=pb_controls, prefill_states=pre)
         pb = study_patchback(model, evals_pb, bases, layer=layer, windows=windows,
                              max_new_tokens=max_new + 2, seed=0, n_boot=500, progress=_pb_progress)
         st.session_state["ds_pb_result"] = (model_key, pb)

@@ -153,9 +153,9 @@ pos = st.slider("Position p (prefix w_1..w_p)", 0, n, 0, key="pcfg_pos")
 show_figure(next_token_figure(lp[pos], None if q is None else q[pos], labels,
                               title=f"p(next | {' '.join(words[:pos]) or '∅'})"), "pcfg_next_token")
 if q is not None:
-    p_ = lp[: n + 1]
-    kl = np.where(p_ > 0, p_ * (np.log(np.clip(p_, 1e-300, None)) - np.log(np.clip(q[: n + 1], 1e-300, None))), 0).sum(-1)
-    df_sent = pd.DataFrame({"position": np.arange(n + 1), "kl": kl})
+    from interplab.probes.pcfg import describe_kl_summary, kl_summary, position_kl
+
+    df_sent = pd.DataFrame({"position": np.arange(n + 1), "kl": position_kl(lp[: n + 1], q[: n + 1])})
     show_figure(kl_by_position_figure({"this sentence": df_sent}, baselines=False,
                                       title="KL(p_G ‖ q_θ) per position, this sentence"), "pcfg_kl_sentence")
 
@@ -171,12 +171,7 @@ if q is not None:
     if st.button("Evaluate KL by position", key="pcfg_eval_btn") or st.session_state.get("pcfg_eval_done"):
         st.session_state["pcfg_eval_done"] = True
         dfk = _kl((state.normalize_name(name), backend, device, dtype), g.to_string()[:5000], int(n_eval), _m=model, _g=g)
-        s = dfk.attrs.get("summary", {})
-        st.markdown(f"mean KL **{s.get('kl', float('nan')):.4f}** ± {s.get('kl_se', float('nan')):.4f} nats/token "
-                    f"(bigram {s.get('kl_bigram', float('nan')):.4f}, unigram {s.get('kl_unigram', float('nan')):.4f}); "
-                    f"TV {s.get('tv', float('nan')):.4f}; excess NLL {s.get('excess_nll', float('nan')):.4f} "
-                    f"(pooled KL {s.get('kl_token', float('nan')):.4f}); entropy-rate floor "
-                    f"{s.get('entropy_rate', float('nan')):.4f}.")
+        st.markdown(describe_kl_summary(kl_summary(dfk)))
         show_figure(kl_by_position_figure({name: dfk}), "pcfg_kl_by_position")
 
     st.subheader("Layer-wise parse probes")

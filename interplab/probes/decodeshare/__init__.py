@@ -8,7 +8,7 @@ budget controls), `model` (state collection and scoring through `LabModel`), `ta
 study), `layers` (the layer scan), `steering`, `patchback`, `ranking`, `pools`, `config`."""
 from __future__ import annotations
 
-from interplab.probes.decodeshare.bases import Condition, build_bases, matched_prefill_basis
+from interplab.probes.decodeshare.bases import Condition, build_bases, matched_prefill_basis, patchback_bases
 from interplab.probes.decodeshare.config import DecodeShareConfig, DecodeShareLayersConfig, DecodeShareSetup
 from interplab.probes.decodeshare.estimator import (
     NullResult, PlantedFactors, SharedSubspace, SharedSubspaceConfig, loto_subspaces, match_state_counts,
@@ -47,7 +47,7 @@ __all__ = [
     "ForcedChoiceScores", "score_forced_choice", "GenerationScores", "generate_exact_match", "stop_token_ids",
     # tasks, evaluation, conditions
     "SEQ_TASKS", "ALL_TASKS", "TaskSet", "multitask_sets", "resolve_format", "decode_projection",
-    "evaluate_condition", "summarize", "Condition", "build_bases", "matched_prefill_basis",
+    "evaluate_condition", "summarize", "Condition", "build_bases", "matched_prefill_basis", "patchback_bases",
     # studies
     "DecodeShareSetup", "DecodeShareConfig", "DecodeShareLayersConfig", "CalibrationStates", "calibration_states",
     "SubspaceEstimate", "estimate_subspaces", "DecodeShareStudy", "run_study", "study_patchback", "LayerScan",

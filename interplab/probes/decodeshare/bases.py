@@ -83,3 +83,13 @@ def build_bases(ss_dec: SharedSubspace, ss_pre: SharedSubspace, energy_states: n
             out[n] = Condition(None, alpha, f"skipped: energy pool has {pool.shape[1]} < k_S columns")
     return out
 
+
+
+def patchback_bases(ss_dec: SharedSubspace, ss_pre: SharedSubspace, decode_states, *, controls: bool = True,
+                    prefill_states=None, alpha: float = 1.0, seed: int = 0) -> dict[str, Condition]:
+    """The bases patchback writes back through: the decode-shared subspace alone (controls=False), or with every
+    ablation control of `build_bases`, its energy controls matched on all decode states ({task: [n, d]})."""
+    if not controls:
+        return {"shared": Condition(ss_dec.basis, alpha, "decode Q_S")}
+    return build_bases(ss_dec, ss_pre, np.concatenate(list(decode_states.values())), alpha=alpha, seed=seed,
+                       prefill_states=prefill_states)

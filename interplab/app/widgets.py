@@ -2,22 +2,24 @@
 
 Typical page:
 
-    from interplab.app.widgets import model_picker, require_model, show_figure
-    name, backend = model_picker("model")
-    model = require_model(name, backend)          # shows what to do and stops the page when it cannot load
+    from interplab.app.widgets import page_model, show_figure
+    pm = page_model("mypage")                     # the sidebar's model (every page gets it this way)
+    model = pm.load()                             # shows what to do and stops the page when it cannot load
     show_figure(my_figure_builder(result), key="scores")
 """
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 
 from interplab.app import state
 
-__all__ = ["show_figure", "model_picker", "require_model", "picked_device_dtype", "static_export_available"]
+__all__ = ["show_figure", "model_picker", "require_model", "picked_device_dtype", "static_export_available",
+           "page_model", "PageModel", "parse_list"]
 
 
 @st.cache_data(ttl=300, show_spinner=False)
@@ -161,23 +163,44 @@ def require_model(name: str, backend: str = "bridge", device: str | None = None,
     return model
 
 
-def page_model(prefix: str):
-    """The sidebar's model for a page whose state depends on it: (model, model_key, is_new). is_new is True on the
-    first run with this model (name, backend, device, dtype), when the page resets its defaults and drops results
-    computed on another model. `prefix` namespaces the page's session-state key."""
-    name, backend = model_picker("model")
-    device, dtype = picked_device_dtype("model")
-    model = require_model(name, backend, device, dtype)
-    model_key = (state.normalize_name(name), backend, device, dtype)
-    is_new = st.session_state.get(f"{prefix}_model_key") != model_key
-    st.session_state[f"{prefix}_model_key"] = model_key
-    return model, model_key, is_new
+@dataclass(frozen=True)
+class PageModel:
+    """The model a page works on, as the sidebar picked it: name, backend, device, dtype; `key` identifies it for
+    caches and results ((normalized name, backend, device, dtype)); `is_new` is True on the page's first run with
+    it (the page resets its defaults and drops results computed on another model). Nothing is loaded until `load`
+    (explains and stops the page when the model is unavailable) or `try_load` ((model, error), no UI)."""
+
+    name: str
+    backend: str
+    device: str
+    dtype: str
+    key: tuple
+    is_new: bool
+    picker: str = "model"
+
+    def load(self, *, stop: bool = True):
+        return require_model(self.name, self.backend, self.device, self.dtype, key=self.picker, stop=stop)
+
+    def try_load(self):
+        return state.try_get_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype)
+
+
+def page_model(prefix: str, *, picker: str = "model", page: str | None = None, suggested: str | None = None,
+               fits=None) -> PageModel:
+    """Every page's one way to its model: the sidebar picker (`model_picker`, with the page's `suggested` organism
+    and `fits` rule) and its device/dtype, as a `PageModel`. `prefix` namespaces the page's session-state key."""
+    name, backend = model_picker(picker, page=page, suggested=suggested, fits=fits)
+    device, dtype = picked_device_dtype(picker)
+    key = (state.normalize_name(name), backend, device, dtype)
+    is_new = st.session_state.get(f"{prefix}_model_key") != key
+    st.session_state[f"{prefix}_model_key"] = key
+    return PageModel(name, backend, device, dtype, key, is_new, picker)
 
 
 def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved run", hint: str = ""):
     """The `result` of a saved run of `experiment` the user picks: their own runs newest first, then the runs the
     project ships under results/ (so a page opens on a real result), or None with a caption saying how to make one.
-    The result's class must be imported by the caller (so `Result.load_any` knows it)."""
+    A saved result names its class's module, so nothing needs importing first."""
     from interplab.core.errors import InterplabError
     from interplab.results.runs import list_runs, load_run, shipped_runs, shipped_runs_root
 

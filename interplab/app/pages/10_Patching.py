@@ -17,7 +17,8 @@ st.caption("Which activations carry the difference between a clean and a corrupt
            "corrupt prompt and writes in one clean activation per cell; 1 = the clean answer is fully restored. "
            "Attribution patching estimates the whole grid from one backward pass.")
 
-model, model_key, is_new = page_model("pt")
+picked = page_model("pt")
+model, model_key, is_new = picked.load(), picked.key, picked.is_new
 
 if is_new:  # a new model: new default pair, drop old results
     st.session_state["pt_clean"], st.session_state["pt_corrupt"] = default_pair(model)

@@ -16,7 +16,8 @@ st.title("Logit Lens")
 st.caption("What would the model predict if it stopped after layer L? Each layer's resid_post goes through the "
            "model's own final norm and unembedding; the last layer is the model's output.")
 
-model, model_key, is_new = page_model("ll")
+picked = page_model("ll")
+model, model_key, is_new = picked.load(), picked.key, picked.is_new
 if is_new:
     st.session_state["ll_prompt"] = default_pair(model)[0]
     for stale in ("ll_tuned", "dla_answer", "dla_wrong"):   # tokens of the previous model's vocabulary

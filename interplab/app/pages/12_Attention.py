@@ -15,7 +15,8 @@ st.title("Attention")
 st.caption("Per-head attention patterns. Under grouped-query attention, heads of one KV group share keys and "
            "values, so their patterns differ only through their queries.")
 
-model, model_key, is_new = page_model("att")
+picked = page_model("att")
+model, model_key, is_new = picked.load(), picked.key, picked.is_new
 if is_new:
     st.session_state["att_prompt"] = default_pair(model)[0]
     st.session_state["att_layer"] = model.n_layers - 1

@@ -19,7 +19,8 @@ st.caption("Any direction in the residual stream — an SAE decoder row, a probe
            "steering vector, an uploaded array: where it fires, what it writes to the logits, what it is close to, "
            "and what adding it does.")
 
-model, model_key, is_new = page_model("dir")
+picked = page_model("dir")
+model, model_key, is_new = picked.load(), picked.key, picked.is_new
 if is_new:
     st.session_state.pop("dir_result", None)
 

@@ -8,7 +8,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · Atlas", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.methods import methods  # noqa: E402
 from interplab.figures.atlas import (atlas_agreement_figure, atlas_head_map, atlas_layer_figure,  # noqa: E402
@@ -21,8 +21,8 @@ st.caption("Where do the methods agree? Truth Scores, activation patching and di
            "decode-shared subspace and CRH concept axes compared as directions. Methods that do not apply to a "
            "model say why.")
 
-name, backend = model_picker("model")
-device, dtype = picked_device_dtype("model")
+picked = page_model("at")
+name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
 VALIDATION = {m.name: f"validation: {m.validation_label}" for m in methods() if m.validation_organism}
 target = st.radio("Atlas of", ["model", *VALIDATION], horizontal=True, key="at_target",
                   format_func=lambda k: f"the sidebar model ({name})" if k == "model" else VALIDATION[k],
@@ -44,7 +44,8 @@ def _atlas(key: tuple, cfg: AtlasConfig, ref_key: tuple | None, _model=None, _re
 
 
 model_name = name if target == "model" else _organism(target)
-model = require_model(model_name, backend, device, dtype)
+# a validation organism is a second model, loaded like the PR reference below
+model = picked.load() if target == "model" else require_model(model_name, backend, device, dtype)
 model_key = (state.normalize_name(model_name), backend, device, dtype)
 if st.session_state.get("at_model_key") != model_key:
     st.session_state["at_model_key"] = model_key

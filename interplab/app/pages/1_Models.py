@@ -8,7 +8,7 @@ st.set_page_config(page_title="interplab · Models", page_icon=":microscope:", l
 
 from interplab.app import state  # noqa: E402
 from interplab.app.runs_view import show_reopened_run  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.interventions import Ablate  # noqa: E402
 from interplab.models.lab_model import unknown_token_message  # noqa: E402
@@ -21,9 +21,9 @@ st.caption("Pick a zoo organism or a local checkpoint in the sidebar; run a prom
            "distribution and any head's attention pattern.")
 
 show_reopened_run(("next-token",))    # a saved next-token run reopened from the Runs page
-name, backend = model_picker("model")
-device, dtype = picked_device_dtype("model")
-model = require_model(name, backend, device, dtype)
+picked = page_model("models")
+name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
+model = picked.load()
 
 
 @st.cache_data(max_entries=32, show_spinner="Running the prompt...")

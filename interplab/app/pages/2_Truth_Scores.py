@@ -11,7 +11,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Truth Scores", page_icon=":microscope:", layout="wide")
 
-from interplab.app.widgets import model_picker, require_model, saved_result, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, saved_result, show_figure  # noqa: E402
 from interplab.core.errors import ConfigError, InterplabError  # noqa: E402
 from interplab.figures import truth_scores as F  # noqa: E402
 from interplab.interventions.head_gate import (GATE_REBASES, GATE_SITES, HeadGate, gate_summary,  # noqa: E402
@@ -28,7 +28,8 @@ st.caption("S(l,h) = 5-fold cross-validated accuracy of a logistic probe on head
            "decodability of the dataset label, not a causal role. Gating scales every head by g(l,h) at every "
            "position, prefill and decode.")
 
-name, backend = model_picker("ts_model")
+picked = page_model("ts", picker="ts_model")   # loaded only when a section needs it
+name, backend = picked.name, picked.backend
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
@@ -80,7 +81,7 @@ if source == "Score a model (CtxMem)":
                 "your own verification file instead (columns text, label: 1 = context-supported answer, 0 = "
                 "hallucinated) in *Your data* above; it runs the `truth-scores` experiment on that file.")
     elif st.button("Compute Truth Scores", key="ts_go", type="primary"):
-        require_model(name, backend, key="ts_model")
+        picked.load()
         try:
             ts, em = _score(name, backend, int(n), int(seed), fmt, int(epochs), solver)
             scored[name] = (ts, em)
@@ -183,7 +184,7 @@ if current is not None and source == "Score a model (CtxMem)":
         if st.button("Run quick sweep", key="ts_sweep_go"):
             from interplab.probes.truth import ctxmem_counterfactual_set
 
-            m = require_model(name, backend, key="ts_model")
+            m = picked.load()
             evals = ctxmem_counterfactual_set(int(n_eval), fmt=st.session_state.get("ts_fmt", "raw"))
             bar = st.progress(0.0)
             df = gating_sweep(m, evals, current, alphas=(0.0, 0.5, 2.0, 6.0), score_source="self",
@@ -194,7 +195,7 @@ if current is not None and source == "Score a model (CtxMem)":
 st.header("5 · Try it: generate with and without gating")
 # Gates are per (layer, head) of the model that generates: only maps of that shape are offered, and the page says
 # which maps were left out and why (a 32 x 32 released map cannot gate a 4-layer, 4-head organism).
-try_model = require_model(name, backend, key="ts_model", stop=False)
+try_model = picked.load(stop=False)
 all_maps = {**{f"released:{k}": v for k, v in released.items()}, **{f"model:{k}": v[0] for k, v in scored.items()}}
 if try_model is None:
     st.info("Load a model in the sidebar to generate with gating.")

@@ -9,9 +9,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · DecodeShare", page_icon=":microscope:", layout="wide")
 
-from interplab.app import state  # noqa: E402
-from interplab.app.widgets import (model_picker, parse_list, picked_device_dtype, require_model,  # noqa: E402
-                                   saved_result, show_figure)
+from interplab.app.widgets import page_model, parse_list, saved_result, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.decodeshare import (  # noqa: E402
     ablation_figure, alpha_sweep_figure, h3_grid_figure, principal_angle_figure, sensitivity_figure,
@@ -44,8 +42,8 @@ with st.expander("Validation: a planted shared decode-time subspace (`validate-d
         st.dataframe(val.recovery_table(), hide_index=True, key="ds_val_table")
         show_figure(validation_bars(val.per_seed), key="ds_val_bars")
 
-name, backend = model_picker("model", page="decodeshare", suggested="toy-chat",
-                             fits=lambda n: n.startswith("toy-"))
+picked = page_model("ds", page="decodeshare", suggested="toy-chat", fits=lambda n: n.startswith("toy-"))
+name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
@@ -53,9 +51,8 @@ with st.expander("Your data (CSV / JSONL / Parquet file)"):
     run_with_data("decodeshare", data_box("decodeshare", key="ds_data"), key="ds_data",
                   overrides={"model": name, "backend": backend, "parts": "table"})
 
-device, dtype = picked_device_dtype("model")
-model = require_model(name, backend, device, dtype)
-model_key = (state.normalize_name(name), backend, device, dtype)
+model = picked.load()
+model_key = picked.key
 
 vocab = model.tokenizer.get_vocab()
 if not all(w in vocab for w in ("sep", "copy", "s0")):

@@ -14,7 +14,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · CRH", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, saved_result, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, saved_result, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.crh import (cylinder_scene, pairwise_scatter, penalty_heatmaps,  # noqa: E402
                                    sector_polar)
@@ -114,7 +114,8 @@ if source.startswith("Planted"):
 
 
 # ----------------------------------------------------------------------------------------------- model
-name, backend = model_picker("model")
+picked = page_model("crh")
+name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
@@ -122,8 +123,7 @@ with st.expander("Your data (CSV / JSONL / Parquet file)"):
     run_with_data("crh", data_box("crh", key="crh_data"), key="crh_data",
                   overrides={"model": name})
 
-device, dtype = picked_device_dtype("model")
-model = require_model(name, backend, device, dtype)
+model = picked.load()
 
 from interplab.data.concepts import CONCEPT_NAMES  # noqa: E402
 

@@ -9,7 +9,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · PCFG", page_icon=":deciduous_tree:", layout="wide")
 
 from interplab.app import state  # noqa: E402
-from interplab.app.widgets import model_picker, picked_device_dtype, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.pcfg import (kl_by_position_figure, lstar_figure, next_token_figure,  # noqa: E402
                                     parse_tree_figure, probe_curves_figure, local_to_global_heatmap)
@@ -21,9 +21,9 @@ st.title("PCFG parse probes")
 st.caption("Exact grammar next-token distributions (inside / prefix probabilities) against a model trained on the "
            "grammar, and layer-wise probes of parse quantities. Spec: docs/pcfg.md.")
 
-name, backend = model_picker("model", page="pcfg", suggested="pcfg-L4", fits=lambda n: n.startswith("pcfg"))
-device, dtype = picked_device_dtype("model")
-model, model_err = state.try_get_model(name, backend=backend, device=device, dtype=dtype)
+picked = page_model("pcfg", page="pcfg", suggested="pcfg-L4", fits=lambda n: n.startswith("pcfg"))
+name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
+model, model_err = picked.try_load()   # the page shows the grammar alone when there is no model
 
 
 def _organism_grammar(m):

@@ -45,7 +45,6 @@ with st.expander("Hyperfitting controls (saved run): is the PR growth specific t
     st.caption("Hyperfitting vs ordinary fine-tuning (same steps, early stopping on held-out windows) vs hyperfitting "
                "on token-shuffled windows: ΔDim per layer and the weight change ‖ΔW‖ against the base, mean and 95% t "
                "interval over seeds (`interplab run hyperfit-controls`; docs/hyperfit.md).")
-    import interplab.probes.hyperfit  # noqa: E402,F401 - registers HyperfitControlsResult for loading
     from interplab.app.widgets import saved_result  # noqa: E402
 
     controls = saved_result("hyperfit-controls", "controls", key="geo_controls_run")

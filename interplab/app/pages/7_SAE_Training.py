@@ -9,7 +9,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · SAE Training", page_icon=":microscope:", layout="wide")
 
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 
 st.title("SAE Training")
@@ -20,7 +20,8 @@ st.caption("Train sparse autoencoders with SAELens's trainer on FAST (one chat-t
            "predict assistant-answer tokens only, the tokens a chat model is trained on: on a chat organism the "
            "all-position numbers are dominated by prompt tokens it never learned to predict.")
 
-name, backend = model_picker("model", page="sae", suggested="toy-chat", fits=lambda n: n.endswith("chat"))
+picked = page_model("sae", page="sae", suggested="toy-chat", fits=lambda n: n.endswith("chat"))
+name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
@@ -28,8 +29,7 @@ with st.expander("Your data (CSV / JSONL / Parquet file)"):
     run_with_data("sae", data_box("sae", key="sae_data"), key="sae_data",
                   overrides={"model": name})
 
-device, dtype = picked_device_dtype("model")
-model = require_model(name, backend, device, dtype)
+model = picked.load()
 
 from interplab.core.io import read_json, write_json  # noqa: E402
 from interplab.results.runs import interplab_home  # noqa: E402
@@ -236,7 +236,6 @@ st.caption("FAST vs BT(F) vs BT(P) SAEs trained on synthetic sequences whose fea
            "and the recovery (max |cos| of a decoder row) of each feature group; bars are means over SAE seeds with "
            "95% t intervals. Produced by `interplab run sae-synthetic` (model-free; docs/sae.md).")
 from interplab.app.widgets import saved_result  # noqa: E402
-from interplab.sae.sequential import SequentialBenchmark  # noqa: E402,F401  (registers the result kind)
 
 syn_res = saved_result("sae-synthetic", "sequential", "sae_syn_run", label="Saved sae-synthetic run",
                        hint=" (add `--set 'ks=[2,4,8]'` for the MCC vs L0 curve)")
@@ -265,7 +264,6 @@ st.caption("Every arm (FAST, BT(F), BT(P)) trained at every point of a sparsity 
            "dialogues packed into BT(F) blocks). Points are means with 95% t intervals over seeds on both axes. "
            "Produced by `interplab run sae-pareto` (docs/sae.md, \"Matched L0 on toy-chat\").")
 from interplab.experiments.sae_pareto import matched_l0, pareto_summary  # noqa: E402
-from interplab.sae.pareto import ParetoResult  # noqa: E402,F401  (registers the result kind)
 
 pareto = saved_result("sae-pareto", "pareto", "sae_pareto_run", label="Saved sae-pareto run")
 if pareto is not None:

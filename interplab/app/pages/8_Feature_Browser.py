@@ -12,17 +12,16 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Feature Browser", page_icon=":microscope:", layout="wide")
 
-from interplab.app.widgets import model_picker, picked_device_dtype, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 
 st.title("Feature Browser")
 st.caption("Top-activating contexts are computed one dialogue per forward (FAST), so no context contains another "
            "sample's tokens. Pick any SAELens directory (cfg.json + sae_weights.safetensors).")
 
-name, backend = model_picker("model", page="features", suggested="toy-chat",
-                             fits=lambda n: n.endswith("chat"))
-device, dtype = picked_device_dtype("model")
-model = require_model(name, backend, device, dtype)
+picked = page_model("fb", page="features", suggested="toy-chat", fits=lambda n: n.endswith("chat"))
+name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
+model = picked.load()
 
 from interplab.figures.sae import context_html, feature_histogram_figure, special_token_heatmap  # noqa: E402
 from interplab.results.runs import interplab_home  # noqa: E402

@@ -4,7 +4,7 @@ from interplab.methods import DataSpec, MethodSpec, PageSpec
 
 METHOD = MethodSpec(
     name="hyperfit",
-    title="Layer Geometry",
+    title="Hyperfitting",
     summary="hyperfitting: per-layer participation ratio (Terminal Expansion), entropy-matched temperature, rank "
             "reordering, Late-Stage LoRA",
     package="interplab.probes.hyperfit",
@@ -13,7 +13,7 @@ METHOD = MethodSpec(
                  "hyperfit-controls"),
     figures="interplab.figures.geometry",
     pages=(PageSpec(
-        "pages/6_Layer_Geometry.py", "Layer Geometry",
+        "pages/6_Hyperfitting.py", "Hyperfitting",
         "Per-layer participation ratio of the residual stream (does the last layer expand?), an entropy-matched "
         "temperature control, rank reordering, and late-stage LoRA fine-tuning of the final layers.",
         first_button="Compute rank reordering, temperature control and generations", buttons=("geo_more",),

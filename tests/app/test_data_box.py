@@ -21,7 +21,7 @@ CASES = [
     ("3_DecodeShare.py", "ds_data", {"task": ["a"], "prompt": ["w1"], "answer": ["w2"]}, "answer"),
     ("4_CRH.py", "crh_data", {"concept": ["c"], "question": ["q"], "resp_no_concept": ["a"],
                               "resp_with_concept": ["b"]}, "resp_with_concept"),
-    ("6_Layer_Geometry.py", "geo_data", {"text": ["w1 w2 w3"]}, "text"),
+    ("6_Hyperfitting.py", "geo_data", {"text": ["w1 w2 w3"]}, "text"),
     ("7_SAE_Training.py", "sae_data", {"user": ["w1"], "assistant": ["w2"]}, "assistant"),
 ]
 
@@ -30,7 +30,7 @@ CASES = [
 def test_data_box_validates_and_previews(page, key, columns, drop, monkeypatch, tmp_path):
     monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(tmp_path / "missing"))
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
-    if page == "6_Layer_Geometry.py":  # hide the shipped organisms: the page then stops at "model not available"
+    if page == "6_Hyperfitting.py":  # hide the shipped organisms: the page then stops at "model not available"
         import importlib
 
         monkeypatch.setattr(importlib.import_module("interplab.models.zoo_dirs"), "SHIPPED_DIR", tmp_path / "none")

@@ -1,4 +1,4 @@
-"""The Layer Geometry page renders with two random checkpoints and explains a missing model."""
+"""The Hyperfitting page renders with two random checkpoints and explains a missing model."""
 from pathlib import Path
 
 import pytest
@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import interplab.app  # noqa: E402
 
-PAGE = str(Path(interplab.app.__file__).resolve().parent / "pages" / "6_Layer_Geometry.py")
+PAGE = str(Path(interplab.app.__file__).resolve().parent / "pages" / "6_Hyperfitting.py")
 
 
 @pytest.mark.slow

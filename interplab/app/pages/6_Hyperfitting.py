@@ -1,4 +1,4 @@
-"""Layer Geometry page: hyperfitting as late-stage geometric expansion.
+"""Hyperfitting page: hyperfitting as late-stage geometric expansion of the layers.
 
 Two models (a base and a hyperfitted / LoRA descendant) on identical held-out text: participation ratio by layer with
 DeltaDim, cosine/L2 by layer, the results table, the base-rank histogram of the target's greedy tokens, the
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-st.set_page_config(page_title="interplab · Layer Geometry", page_icon=":microscope:", layout="wide")
+st.set_page_config(page_title="interplab · Hyperfitting", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
 from interplab.app.widgets import require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 
-st.title("Layer Geometry")
+st.title("Hyperfitting: layer geometry")
 st.caption("Hyperfitting (training to near-zero loss on a few sequences) makes greedy text less repetitive. Is it just "
            "a sharper distribution (temperature), a static vocabulary reweighting, or a late-layer geometric "
            "expansion? Compare a base model with its hyperfitted descendant on identical held-out text.")

@@ -5,6 +5,8 @@ tensor function. The hook layer calls every edit with an explicit `StepContext`;
 tensor's sequence length."""
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
@@ -143,17 +145,53 @@ def broadcast_mask(mask: torch.Tensor, x: torch.Tensor, site: str) -> torch.Tens
 class Edit:
     """Base class of all interventions.
 
-    Subclasses set `sites` (canonical site names), optionally `phases` and `positions`, and implement
-    `apply(site, x, ctx) -> Tensor` returning the edited activation for the whole tensor. The base class restricts
-    the change to real tokens of the selected phases and positions, so padding and finished rows are never edited.
+    Subclasses set `sites` (canonical site names), optionally `phases` and `positions`, and implement either
+    `transform(site, ctx) -> (x -> x')`, one definition that serves both the local hook (`apply`) and remote
+    engines (`remote_apply`), or `apply(site, x, ctx) -> Tensor` (and `remote_apply` if it should run remotely).
+    Either returns the edited activation for the whole tensor; the base class restricts the change to real tokens
+    of the selected phases and positions, so padding and finished rows are never edited.
+
+    Edits are immutable once built: setting a public attribute afterwards raises AttributeError (build a new edit
+    instead), so what `repr` shows is what runs. Attributes starting with "_" are the edit's private caches.
     """
 
     sites: tuple[str, ...] = ()
     phases: tuple[str, ...] = PHASES
     positions: PositionSpec = "all"
 
-    def apply(self, site: str, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError(f"{type(self).__name__} must implement apply(site, x, ctx)")
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            # frozen once the most-derived constructor is done (a subclass's __init__ may still set attributes
+            # after calling super().__init__)
+            if next(k for k in type(self).__mro__ if "__init__" in k.__dict__) is cls:
+                object.__setattr__(self, "_frozen", True)
+
+        cls.__init__ = __init__
+
+    def __setattr__(self, name: str, value) -> None:
+        if not name.startswith("_") and getattr(self, "_frozen", False):
+            raise AttributeError(f"{type(self).__name__} is immutable: cannot set {name!r} after it is built; "
+                                 "build a new edit with the value you want")
+        object.__setattr__(self, name, value)
+
+    def transform(self, site: str, ctx: StepContext):
+        """A closure `x -> edited x` over the whole activation, from torch operations and tensors only (so a remote
+        engine can run it too), or None when the edit defines `apply` itself."""
+        return None
+
+    def apply(self, site: str, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        op = self.transform(site, ctx)
+        if op is None:  # pragma: no cover - abstract
+            raise NotImplementedError(f"{type(self).__name__} must implement transform(site, ctx) or "
+                                      "apply(site, x, ctx)")
+        return op(x)
 
     def validate(self, shape: ModelShape) -> None:
         """Raise `ShapeError` naming the expected shape when this edit's arrays do not fit the model.
@@ -191,8 +229,9 @@ class Edit:
         A remote engine (nnsight `remote=True` / `remote="local"`) runs the forward where interplab is not
         installed; nnsight's serializer ships closures by value together with the tensors they hold. Everything the
         edit needs from `ctx` must be read here (on the client) and captured in the closure. Built-in edits
-        override this; a user subclass that does not raises `RemoteError` when used remotely."""
-        return None
+        override this (or define `transform`, which serves both); a user subclass that does neither raises
+        `RemoteError` when used remotely."""
+        return self.transform(site, ctx)
 
     def remote_op(self, site: str, ctx: StepContext):
         """The remote form of `__call__` for one forward: None (nothing to do) or a self-contained closure

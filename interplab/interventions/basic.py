@@ -13,6 +13,34 @@ def _vec_repr(v: torch.Tensor) -> str:
     return f"tensor{tuple(v.shape)} (norm {float(v.float().norm()):.3g})"
 
 
+def _steer_op(v: torch.Tensor, scale: float):
+    """x -> x + scale * v, v [*trail] or one vector per batch row [b, *trail] (Steer's one definition)."""
+    def steer(x):
+        vv = v.to(device=x.device, dtype=x.dtype)
+        if vv.ndim == x.ndim - 2:
+            return x + scale * vv
+        return x + scale * vv.reshape(vv.shape[0], 1, *vv.shape[1:])
+    return steer
+
+
+def _ablate_op(value, heads, site: str):
+    """x -> zero or `value` (broadcast), on every head or the selected query heads (Ablate's one definition)."""
+    heads = None if heads is None else list(heads)
+    head_axis = 1 if site.startswith("attn_pattern") else 2
+
+    def ablate(x):
+        repl = torch.zeros_like(x) if value is None else torch.broadcast_to(
+            value.to(device=x.device, dtype=x.dtype), x.shape)
+        if heads is None:
+            return repl
+        sel = torch.zeros(x.shape[head_axis], dtype=torch.bool, device=x.device)
+        sel[heads] = True
+        shape = [1] * x.ndim
+        shape[head_axis] = x.shape[head_axis]
+        return torch.where(sel.reshape(shape), repl, x)
+    return ablate
+
+
 class Steer(Edit):
     """x <- x + scale * vector at `site`.
 
@@ -89,36 +117,17 @@ class Ablate(Edit):
                                  f"broadcast to this model's per-token shape {list(trail)}")
 
     def apply(self, site, x, ctx):
-        repl = torch.zeros_like(x) if self.value is None else torch.broadcast_to(
-            self.value.to(device=x.device, dtype=x.dtype), x.shape)
-        if self.heads is None:
-            return repl
         head_axis = 1 if site.startswith("attn_pattern") else 2
         n = x.shape[head_axis]
-        if any(not -n <= h < n for h in self.heads):
+        if self.heads is not None and any(not -n <= h < n for h in self.heads):
             raise InputError(f"Ablate at {site}: heads {self.heads} out of range for {n} heads")
-        sel = torch.zeros(n, dtype=torch.bool, device=x.device)
-        sel[self.heads] = True
-        shape = [1] * x.ndim
-        shape[head_axis] = n
-        return torch.where(sel.reshape(shape), repl, x)
+        return self.transform(site, ctx)(x)
+
+    def transform(self, site, ctx):
+        return _ablate_op(self.value, self.heads, site)
 
     def remote_apply(self, site, ctx):
-        value = None if self.value is None else self.value.detach().cpu()
-        heads = None if self.heads is None else list(self.heads)
-        head_axis = 1 if site.startswith("attn_pattern") else 2
-
-        def ablate(x):
-            repl = torch.zeros_like(x) if value is None else torch.broadcast_to(
-                value.to(device=x.device, dtype=x.dtype), x.shape)
-            if heads is None:
-                return repl
-            sel = torch.zeros(x.shape[head_axis], dtype=torch.bool, device=x.device)
-            sel[heads] = True
-            shape = [1] * x.ndim
-            shape[head_axis] = x.shape[head_axis]
-            return torch.where(sel.reshape(shape), repl, x)
-        return ablate
+        return _ablate_op(None if self.value is None else self.value.detach().cpu(), self.heads, site)
 
     def __repr__(self):
         val = "zero" if self.value is None else _vec_repr(self.value)

@@ -123,7 +123,8 @@ class HeadGate(Edit):
     """
 
     def __init__(self, gates, site: str = "z", phases: Sequence[str] = PHASES, positions="all"):
-        g = _map(gates)
+        g = _map(gates).copy()
+        g.setflags(write=False)  # the gates are the edit: read-only, so sites and repr never go stale
         if site not in GATE_SITES:
             raise ConfigError(f"HeadGate site must be one of {GATE_SITES}, got {site!r}")
         self.gates = g
@@ -131,13 +132,20 @@ class HeadGate(Edit):
         self.phases = tuple(phases)
         self.positions = positions
         self._validate_phases()
-        kind = "attn_z" if site == "z" else "attn_out"
-        self._layers = [l for l in range(g.shape[0]) if not np.all(g[l] == 1.0)]
-        self.sites = tuple(f"{kind}.{l}" for l in self._layers)
         self._cache: dict = {}
         if (g < 0).any():
             warnings.warn(f"HeadGate: {(g < 0).sum()} negative gates (min {g.min():.3f}); they flip the sign of "
                           "those heads' outputs (faithful to the repo's contrast mode, not clipped)", stacklevel=2)
+
+    @property
+    def _layers(self) -> list[int]:
+        """Layers with a gate other than 1 (the others are skipped: bit-identical to no edit)."""
+        return [l for l in range(self.gates.shape[0]) if not np.all(self.gates[l] == 1.0)]
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        kind = "attn_z" if self.site == "z" else "attn_out"
+        return tuple(f"{kind}.{l}" for l in self._layers)
 
     @property
     def n_layers(self) -> int:
@@ -168,24 +176,22 @@ class HeadGate(Edit):
     def _gate(self, layer: int, device, dtype) -> torch.Tensor:
         key = (layer, str(device), dtype)
         if key not in self._cache:
-            self._cache[key] = torch.as_tensor(self.gates[layer], dtype=torch.float64).to(device=device, dtype=dtype)
+            self._cache[key] = torch.tensor(self.gates[layer], dtype=torch.float64).to(device=device, dtype=dtype)
         return self._cache[key]
 
     def apply(self, site: str, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        layer = int(site.rsplit(".", 1)[1])
-        g = self._gate(layer, x.device, x.dtype)
-        H = g.shape[0]
-        if self.site == "z":
-            if x.ndim != 4 or x.shape[2] != H:
-                raise ShapeError(f"HeadGate at {site}: expected [b, p, n_heads={H}, d_head], got {tuple(x.shape)}; "
-                                 "are the gates [n_layers, n_heads] of this model?")
-            return x * g[:, None]
-        d = x.shape[-1]
-        if d % H:
-            raise ShapeError(f"HeadGate attn_out_chunks at {site}: d_model={d} is not divisible by n_heads={H}")
-        return (x.reshape(*x.shape[:-1], H, d // H) * g[:, None]).reshape(x.shape)
+        H = self.n_heads
+        if self.site == "z" and (x.ndim != 4 or x.shape[2] != H):
+            raise ShapeError(f"HeadGate at {site}: expected [b, p, n_heads={H}, d_head], got {tuple(x.shape)}; "
+                             "are the gates [n_layers, n_heads] of this model?")
+        if self.site != "z" and x.shape[-1] % H:
+            raise ShapeError(f"HeadGate attn_out_chunks at {site}: d_model={x.shape[-1]} is not divisible by "
+                             f"n_heads={H}")
+        return self.transform(site, ctx)(x)
 
-    def remote_apply(self, site, ctx):
+    def transform(self, site, ctx):
+        """The gate of this site's layer as a closure (float64 gates cast to the activation's dtype, as the repo
+        does); local runs and remote engines both use it."""
         g = self._gate(int(site.rsplit(".", 1)[1]), "cpu", torch.float64)
         chunks = self.site != "z"
 
@@ -212,11 +218,12 @@ class RandomHeadGate(HeadGate):
 
     def __init__(self, n_layers: int, n_heads: int, site: str = "z", seed: int = 0, phases: Sequence[str] = PHASES):
         super().__init__(np.zeros((n_layers, n_heads)), site=site, phases=phases)
-        self._layers = list(range(n_layers))
-        kind = "attn_z" if site == "z" else "attn_out"
-        self.sites = tuple(f"{kind}.{l}" for l in self._layers)
         self.seed = seed
         self._gen = torch.Generator().manual_seed(seed)
+
+    @property
+    def _layers(self) -> list[int]:
+        return list(range(self.gates.shape[0]))     # every layer: its gates are drawn on each forward
 
     def _gate(self, layer, device, dtype):
         g = 1.0 + (torch.rand(self.n_heads, generator=self._gen, dtype=torch.float64) * 2 - 1)

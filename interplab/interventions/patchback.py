@@ -107,9 +107,12 @@ class SubspacePatchback(SubspaceEdit):
         return self.k == 0 or self.n_steps == 0 or not bool(self.valid.any())
 
     def reset_counters(self) -> None:
-        self.n_calls = 0
-        self.n_edited = 0
-        self.energy_patched = 0.0
+        # the one mutable part of the edit: observation counters, private and read through properties
+        self._counts = {"n_calls": 0, "n_edited": 0, "energy_patched": 0.0}
+
+    n_calls = property(lambda self: self._counts["n_calls"], doc="forwards in which some position was edited")
+    n_edited = property(lambda self: self._counts["n_edited"], doc="positions edited")
+    energy_patched = property(lambda self: self._counts["energy_patched"], doc="squared norm moved by the edit")
 
     # -- indexing --------------------------------------------------------------------------------------------
     def _rows(self, n: int, what: torch.Tensor) -> torch.Tensor:
@@ -144,12 +147,12 @@ class SubspacePatchback(SubspaceEdit):
             m = ctx.real & ctx.position_phase_mask(self.phases) & self._select(ctx)
             n = int(m.sum())
             if n:
-                self.n_calls += 1
-                self.n_edited += n
+                self._counts["n_calls"] += 1
+                self._counts["n_edited"] += n
                 h = x.detach().to(torch.float64)
                 q = self.Q.to(h.device)
                 delta = (self._donor_at(ctx, torch.float64, h.device) - h)[m]
-                self.energy_patched += float(((delta @ q) ** 2).sum())
+                self._counts["energy_patched"] += float(((delta @ q) ** 2).sum())
         return super().__call__(site, x, ctx)
 
     def apply(self, site: str, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:

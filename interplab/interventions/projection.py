@@ -105,18 +105,21 @@ class SubspaceProjection(SubspaceEdit):
         return self.alpha == 0.0 or self.k == 0
 
     def reset_counters(self) -> None:
-        self.n_calls = 0
-        self.n_edited = 0
-        self.energy_removed = 0.0
+        # the one mutable part of the edit: observation counters, private and read through properties
+        self._counts = {"n_calls": 0, "n_edited": 0, "energy_removed": 0.0}
+
+    n_calls = property(lambda self: self._counts["n_calls"], doc="forwards in which some position was edited")
+    n_edited = property(lambda self: self._counts["n_edited"], doc="positions edited")
+    energy_removed = property(lambda self: self._counts["energy_removed"], doc="squared norm moved by the edit")
 
     def _count(self, x: torch.Tensor, m: torch.Tensor) -> None:
         n = int(m.sum())
         if n:
-            self.n_calls += 1
-            self.n_edited += n
+            self._counts["n_calls"] += 1
+            self._counts["n_edited"] += n
             h = x[m].detach().to(torch.float64)
             q = self.Q.to(h.device)
-            self.energy_removed += float(self.alpha ** 2 * ((h @ q) ** 2).sum())
+            self._counts["energy_removed"] += float(self.alpha ** 2 * ((h @ q) ** 2).sum())
 
     def __call__(self, site, x, ctx):
         if not self.is_noop():

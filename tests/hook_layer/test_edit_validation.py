@@ -115,3 +115,54 @@ def test_valid_zero_strength_edits_stay_bit_identical(m):
             SubspaceProjection(1, np.eye(64)[:, :3], alpha=0.0, phases=("prefill",)),
             StaticLogitBias(torch.ones(64), alpha=0.0), LogitTemperature(1.0)]
     assert torch.equal(m.run(PROMPTS, edits=zero).logits, clean.logits)
+
+
+def test_edits_are_immutable_and_derive_what_they_show():
+    """Issue 26 §2: an edit cannot be changed after it is built (what repr shows is what runs); HeadGate's sites are
+    derived from its read-only gates; observation counters are the only mutable part, read through properties."""
+    import numpy as np
+    import torch
+
+    from interplab.interventions import Ablate, HeadGate, Steer, SubspaceProjection
+
+    s = Steer("resid_post.0", torch.ones(4), scale=2.0)
+    with pytest.raises(AttributeError, match="immutable"):
+        s.scale = 3.0
+    g = np.ones((3, 2))
+    g[1, 0] = 1.5
+    gate = HeadGate(g)
+    g[2, 1] = 0.0                                   # the caller's array is copied: the edit does not move
+    assert gate.sites == ("attn_z.1",) and gate.gates[2, 1] == 1.0
+    with pytest.raises(ValueError):
+        gate.gates[0, 0] = 2.0                      # read-only
+    with pytest.raises(AttributeError, match="immutable"):
+        gate.site = "attn_out_chunks"
+
+    class MyAblate(Ablate):                         # a subclass may still set attributes in its own __init__
+        def __init__(self, site):
+            super().__init__(site)
+            self.note = "mine"
+    a = MyAblate("mlp_out.0")
+    assert a.note == "mine"
+    with pytest.raises(AttributeError, match="immutable"):
+        a.note = "changed"
+    p = SubspaceProjection(0, np.eye(4)[:, :1])
+    assert (p.n_calls, p.n_edited, p.energy_removed) == (0, 0, 0.0)
+    with pytest.raises(AttributeError):
+        p.n_calls = 5
+
+
+@pytest.mark.parametrize("make", ["steer", "ablate", "gate"])
+def test_local_and_remote_forms_share_one_definition(make):
+    """apply and remote_apply of the built-in edits compute the same thing (one definition of the math)."""
+    import numpy as np
+    import torch
+
+    from interplab.core.edit import StepContext  # noqa: F401 - ctx is unused by these edits' math
+    from interplab.interventions import Ablate, HeadGate, Steer
+
+    x = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    edit, site = {"steer": (Steer("attn_z.0", torch.randn(4, 5), scale=0.7), "attn_z.0"),
+                  "ablate": (Ablate("attn_z.0", heads=[1, 3]), "attn_z.0"),
+                  "gate": (HeadGate(np.linspace(0.5, 1.5, 8).reshape(2, 4)), "attn_z.1")}[make]
+    assert torch.equal(edit.apply(site, x, None), edit.remote_apply(site, None)(x))

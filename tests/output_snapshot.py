@@ -33,6 +33,20 @@ def _norm(obj):
     return obj
 
 
+def file_content(p: Path):
+    """The normalised content behind a digest (tables and JSON only), kept for small files so a changed output can be
+    shown, not only flagged."""
+    import pandas as pd
+
+    if p.suffix == ".csv":
+        df = pd.read_csv(p)
+        return {str(k): [_norm(x) for x in v] for k, v in df.to_dict(orient="list").items()
+                if not VOLATILE.search(str(k))}
+    if p.suffix == ".json":
+        return _norm(json.loads(p.read_text()))
+    return None
+
+
 def file_digest(p: Path) -> str | None:
     import numpy as np
     import pandas as pd
@@ -82,7 +96,11 @@ def install(snapshot_dir: str) -> None:
         test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
         key = (test, self.kind)
         counter[key] = counter.get(key, 0) + 1
-        rec = {"test": test, "kind": self.kind, "n": counter[key], "files": run_digest(Path(self.partial_path))}
+        run_dir = Path(self.partial_path)
+        rec = {"test": test, "kind": self.kind, "n": counter[key], "files": run_digest(run_dir),
+               "content": {p.relative_to(run_dir).as_posix(): file_content(p) for p in run_dir.rglob("*")
+                           if p.is_file() and p.suffix in (".csv", ".json") and p.stat().st_size < 50_000
+                           and not p.relative_to(run_dir).as_posix().startswith("figures/")}}
         Path(snapshot_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(snapshot_dir) / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}.jsonl",
                   "a") as fh:

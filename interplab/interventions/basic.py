@@ -63,24 +63,18 @@ class Steer(Edit):
         return self.scale == 0.0 or not bool(self.vector.any())
 
     def apply(self, site, x, ctx):
-        v = self.vector.to(device=x.device, dtype=x.dtype)
-        trail = x.shape[2:]
-        if tuple(v.shape) == tuple(trail):
-            return x + self.scale * v
-        if v.ndim == len(trail) + 1 and v.shape[0] == x.shape[0] and tuple(v.shape[1:]) == tuple(trail):
-            return x + self.scale * v.reshape(v.shape[0], 1, *trail)
-        raise ShapeError(f"Steer at {site}: vector shape {tuple(v.shape)} fits neither the site's trailing shape "
-                         f"{tuple(trail)} nor [batch={x.shape[0]}, *{tuple(trail)}]")
+        v, trail = self.vector, tuple(x.shape[2:])
+        if tuple(v.shape) != trail and not (v.ndim == len(trail) + 1 and v.shape[0] == x.shape[0]
+                                            and tuple(v.shape[1:]) == trail):
+            raise ShapeError(f"Steer at {site}: vector shape {tuple(v.shape)} fits neither the site's trailing shape "
+                             f"{trail} nor [batch={x.shape[0]}, *{trail}]")
+        return self.transform(site, ctx)(x)
+
+    def transform(self, site, ctx):
+        return _steer_op(self.vector.detach(), self.scale)
 
     def remote_apply(self, site, ctx):
-        v, scale = self.vector.detach().cpu(), self.scale
-
-        def steer(x):
-            vv = v.to(device=x.device, dtype=x.dtype)
-            if vv.ndim == x.ndim - 2:
-                return x + scale * vv
-            return x + scale * vv.reshape(vv.shape[0], 1, *vv.shape[1:])
-        return steer
+        return _steer_op(self.vector.detach().cpu(), self.scale)   # shipped by value: a CPU copy
 
     def __repr__(self):
         return (f"Steer(site={self.sites[0]!r}, vector={_vec_repr(self.vector)}, positions={self.positions!r}, "

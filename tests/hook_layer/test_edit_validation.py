@@ -165,4 +165,6 @@ def test_local_and_remote_forms_share_one_definition(make):
     edit, site = {"steer": (Steer("attn_z.0", torch.randn(4, 5), scale=0.7), "attn_z.0"),
                   "ablate": (Ablate("attn_z.0", heads=[1, 3]), "attn_z.0"),
                   "gate": (HeadGate(np.linspace(0.5, 1.5, 8).reshape(2, 4)), "attn_z.1")}[make]
+    assert "transform" in vars(type(edit)), f"{type(edit).__name__} should define its math once, in transform"
     assert torch.equal(edit.apply(site, x, None), edit.remote_apply(site, None)(x))
+    assert torch.equal(edit.apply(site, x, None), edit.transform(site, None)(x))

@@ -71,7 +71,7 @@ class Steer(Edit):
         return self.transform(site, ctx)(x)
 
     def transform(self, site, ctx):
-        return _steer_op(self.vector.detach(), self.scale)
+        return _steer_op(self.vector, self.scale)   # not detached: optimised steering vectors need its gradient
 
     def remote_apply(self, site, ctx):
         return _steer_op(self.vector.detach().cpu(), self.scale)   # shipped by value: a CPU copy

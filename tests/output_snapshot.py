@@ -16,7 +16,9 @@ VOLATILE = re.compile(r"(time|timings|wall|second|date|elapsed|duration|created|
                       r"version|path|dir$|host|machine|platform|python|torch|transformers|timestamp|id$)", re.I)
 
 
-TMP_NAME = re.compile(r"tmp_pytest-of-[\w.-]+")
+# a model named after its temporary folder: tmp_pytest-of-... paths, and the session fixtures' ckpt_<arch><n>
+# folders, whose number depends on how many checkpoints that worker made before
+TMP_NAME = re.compile(r"tmp_pytest-of-[\w.-]+|\bckpt_[a-z0-9]+?\d+\b")
 
 
 def _norm(obj):
@@ -81,7 +83,7 @@ def run_digest(run_dir: Path) -> dict[str, str]:
         except Exception as e:  # noqa: BLE001 - an unreadable file is recorded, not fatal
             d = f"unreadable: {type(e).__name__}"
         if d is not None:
-            out[rel] = d
+            out[TMP_NAME.sub("<tmp>", rel)] = d
     return out
 
 
@@ -98,7 +100,8 @@ def install(snapshot_dir: str) -> None:
         counter[key] = counter.get(key, 0) + 1
         run_dir = Path(self.partial_path)
         rec = {"test": test, "kind": self.kind, "n": counter[key], "files": run_digest(run_dir),
-               "content": {p.relative_to(run_dir).as_posix(): file_content(p) for p in run_dir.rglob("*")
+               "content": {TMP_NAME.sub("<tmp>", p.relative_to(run_dir).as_posix()): file_content(p)
+                           for p in run_dir.rglob("*")
                            if p.is_file() and p.suffix in (".csv", ".json") and p.stat().st_size < 50_000
                            and not p.relative_to(run_dir).as_posix().startswith("figures/")}}
         Path(snapshot_dir).mkdir(parents=True, exist_ok=True)

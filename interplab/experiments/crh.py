@@ -31,6 +31,7 @@ def crh_synthetic(cfg: SyntheticStudyConfig, run) -> None:
     from interplab.probes.crh import synthetic_study
 
     study = synthetic_study(cfg)
+    run.save_result("study", study)                 # the typed result; the tables below are views of it
     run.save_table("recovery", study.recovery)
     run.save_json("summary", study.summary())
     save_figure(run, "recovery", synthetic_recovery_figure(study.recovery))
@@ -115,6 +116,7 @@ def crh_toy(cfg: CRHToyConfig, run) -> None:
     model = interplab.load_model(cfg.model)
     data, names = _concept_data(cfg, model)
     study = run_concept_study(model, data, cfg)
+    run.save_result("study", study)                 # the typed result; the tables below are views of it
     run.save_table("cylinder_stats", study.stats)
     save_figure(run, "cylinder_score", cylinder_stats_figure(study.stats, value="cylinder_score"))
     save_figure(run, "plane_explained", cylinder_stats_figure(study.stats, value="plane_explained"))
@@ -186,6 +188,7 @@ def crh_spiral(cfg: CRHSpiralConfig, run) -> None:
     secs = time.perf_counter() - t0
     sv = sp.vectors
     tok = model.tokenizer
+    run.save_result("spiral", sp)                   # the typed result; the tables below are views of it
     run.save_table("spiral_vectors", sv.to_frame())
     run.save_table("loss_curves", pd.DataFrame([{"w": w, "step": s, "loss": float(sv.losses[i, s])}
                                                 for i, w in enumerate(sv.ws) for s in range(sv.losses.shape[1])]))

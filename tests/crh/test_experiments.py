@@ -17,6 +17,16 @@ def test_crh_synthetic_experiment(tmp_path):
     # tied facilitating: label-2 rate at L_max non-increasing in p
     r = np.array(s["penalty_label2_rate_at_Lmax"]["tied_facilitating"])
     assert np.all(np.diff(r) <= 1e-12)
+    # the run reopens as its typed result (issue 26 §3), whose tables are the saved ones
+    import pandas as pd
+
+    from interplab.probes.crh.study import SyntheticStudy
+    from interplab.results import load_run
+
+    study = load_run(path).result("study")
+    assert isinstance(study, SyntheticStudy)
+    pd.testing.assert_frame_equal(study.recovery.reset_index(drop=True),
+                                  pd.read_csv(path / "tables" / "recovery.csv"), check_dtype=False)
 
 
 @pytest.mark.slow
@@ -32,6 +42,10 @@ def test_crh_toy_experiment_on_random_checkpoint(tmp_path, checkpoint_factory):
     assert (path / "tables" / "cylinder_stats.csv").exists()
     assert (path / "figures" / "penalty_heatmaps.html").exists()
     assert 0.0 <= s["penalty_max_label2_rate"] <= 1.0
+    from interplab.probes.crh.study import ConceptStudy
+    from interplab.results import load_run
+
+    assert isinstance(load_run(path).result("study"), ConceptStudy)
 
 
 def test_toy_data_without_fallback_says_what_to_do(llama):

@@ -56,6 +56,7 @@ def pcfg_depth(cfg: PCFGDepthConfig, run) -> None:
     models = [interplab.load_model(n, backend=cfg.backend) for n in cfg.models]
     g = grammar_of(models[0])
     res = depth_sweep(models, cfg.models, g, cfg.n_sequences, cfg.seed)
+    run.save_result("depth", res)                  # the typed result; the tables below are views of it
     frames = res.frames()
     run.save_table("depth_summary", res.summary)
     for n, df in frames.items():
@@ -96,6 +97,7 @@ def pcfg_probes(cfg: PCFGProbesConfig, run) -> None:
     res = probe_study(m, grammar_of(m), cfg.targets, cfg.probe, cfg.n_sequences, cfg.n_seeds, cfg.seed,
                       cfg.cap_per_bucket, cfg.max_len)
     df = res.probes
+    run.save_result("study", res)                  # the typed result; the tables below are views of it
     run.save_table("probes", df)
     run.save_table("l_star", res.l_star)
     run.save_json("slopes", res.slopes)
@@ -165,6 +167,7 @@ def pcfg_construction(cfg: PCFGConstructionConfig, run) -> None:
         save_figure(run, "truncated_kl_" + _short(name),
                     truncated_kl_figure(cm.kl, title=f"{name}: KL(p_trunc,k ‖ layer l)"))
         summary[name] = cm.summary()
+        run.save_result("construction_" + _short(name), cm)
         probes.append(cm.probe.assign(model=name)[["model", *cm.probe.columns]])
         kls.append(cm.kl.assign(model=name)[["model", *cm.kl.columns]])
     run.save_table("dyadic_probe", pd.concat(probes, ignore_index=True))

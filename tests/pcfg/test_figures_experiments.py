@@ -57,9 +57,14 @@ def test_experiments_run_on_pcfg_L2(tmp_path):
     p = run_experiment("pcfg-depth", {"models": "zoo:pcfg-L2", "n_sequences": 32}, root=tmp_path)
     summ = pd.read_csv(next(p.rglob("depth_summary.csv")))
     assert summ.kl.iloc[0] < summ.kl_bigram.iloc[0]
+    from interplab.probes.pcfg import DepthSweep, ProbeStudy
+    from interplab.results import load_run
+
+    assert isinstance(load_run(p).result("depth"), DepthSweep)       # the run reopens as its typed result
     p = run_experiment("pcfg-probes", {"model": "zoo:pcfg-L2", "n_sequences": 60, "n_seeds": 1,
                                        "targets": "span_posterior,next_token"}, root=tmp_path)
-    pr = pd.read_csv(next(p.rglob("probes.csv")))
+    pr = pd.read_csv(p / "tables" / "probes.csv")
+    assert isinstance(load_run(p).result("study"), ProbeStudy)
     assert set(pr.layer) == {-1, 0, 1} and {"l_star", "score_random_init"} <= set(pr.columns)
     assert any(p.rglob("l_star.html"))
     p = run_experiment("pcfg-attention", {"models": "zoo:pcfg-L2", "n_sequences": 16}, root=tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from interplab.methods import PageSpec, method_pages
+from interplab.methods import PageSpec, method_pages, page_order
 
 __all__ = ["TOOL_PAGES", "app_pages", "page_path", "APP_DIR"]
 
@@ -43,15 +43,10 @@ TOOL_PAGES: tuple[PageSpec, ...] = (
 )
 
 
-def _number(page: PageSpec) -> int:
-    head = Path(page.file).name.split("_", 1)[0]
-    return int(head) if head.isdigit() else 10_000
-
-
 def app_pages() -> list[PageSpec]:
     """Every page but Home, in sidebar order (the file's number prefix; unnumbered plug-in pages last)."""
     pages = list(TOOL_PAGES) + [p for _, p in method_pages()]
-    return sorted(pages, key=lambda p: (_number(p), p.file))
+    return sorted(pages, key=lambda p: (page_order(p), p.file))
 
 
 def page_path(page: PageSpec) -> Path:

@@ -26,6 +26,7 @@ Gate sites:
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Sequence
 
@@ -137,13 +138,14 @@ class HeadGate(Edit):
             warnings.warn(f"HeadGate: {(g < 0).sum()} negative gates (min {g.min():.3f}); they flip the sign of "
                           "those heads' outputs (faithful to the repo's contrast mode, not clipped)", stacklevel=2)
 
-    @property
+    @functools.cached_property
     def _layers(self) -> list[int]:
         """Layers with a gate other than 1 (the others are skipped: bit-identical to no edit)."""
         return [l for l in range(self.gates.shape[0]) if not np.all(self.gates[l] == 1.0)]
 
-    @property
+    @functools.cached_property
     def sites(self) -> tuple[str, ...]:
+        # derived once from the read-only gates (the hook layer reads it on every forward)
         kind = "attn_z" if self.site == "z" else "attn_out"
         return tuple(f"{kind}.{l}" for l in self._layers)
 
@@ -221,7 +223,7 @@ class RandomHeadGate(HeadGate):
         self.seed = seed
         self._gen = torch.Generator().manual_seed(seed)
 
-    @property
+    @functools.cached_property
     def _layers(self) -> list[int]:
         return list(range(self.gates.shape[0]))     # every layer: its gates are drawn on each forward
 

@@ -28,7 +28,7 @@ from typing import Mapping
 from interplab.core.errors import ConfigError
 
 __all__ = ["MethodSpec", "PageSpec", "DataSpec", "register_method", "methods", "get_method", "method_of_experiment",
-           "method_pages", "resolve", "reset", "PLUGIN_ENV", "ENTRY_POINT_GROUP"]
+           "method_pages", "page_order", "resolve", "reset", "PLUGIN_ENV", "ENTRY_POINT_GROUP"]
 
 PLUGIN_ENV = "INTERPLAB_METHODS"
 ENTRY_POINT_GROUP = "interplab.methods"
@@ -178,7 +178,7 @@ def _discover() -> None:
 def methods() -> list[MethodSpec]:
     """Every registered method: the built-ins in the order of their first page, then plug-ins in the same way."""
     _discover()
-    return sorted(_SPECS.values(), key=lambda s: (_page_number(s.pages[0]), s.name))
+    return sorted(_SPECS.values(), key=lambda s: (page_order(s.pages[0]), s.name))
 
 
 def get_method(name: str) -> MethodSpec:
@@ -196,10 +196,11 @@ def method_of_experiment(experiment: str) -> MethodSpec | None:
 
 def method_pages() -> list[tuple[MethodSpec, PageSpec]]:
     """Every method page, in sidebar order."""
-    return sorted(((s, p) for s in methods() for p in s.pages), key=lambda sp: (_page_number(sp[1]), sp[1].file))
+    return sorted(((s, p) for s in methods() for p in s.pages), key=lambda sp: (page_order(sp[1]), sp[1].file))
 
 
-def _page_number(page: PageSpec) -> int:
+def page_order(page: PageSpec) -> int:
+    """A page's place in the sidebar: its file's number prefix (unnumbered pages, e.g. a plug-in's, go last)."""
     m = re.match(r"^(\d+)_", os.path.basename(page.file))
     return int(m.group(1)) if m else 10_000
 

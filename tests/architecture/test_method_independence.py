@@ -40,27 +40,22 @@ def _copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_a_method_importing_another_is_caught(tmp_path):
-    """A copy of the package where CRH imports Truth Scores breaks the independence contract."""
+@pytest.mark.parametrize("module, line, broken", [
+    # CRH importing Truth Scores: one method importing another
+    ("probes/crh/__init__.py", "import interplab.probes.truth", "interplab.probes.crh is not allowed to import "
+                                                                "interplab.probes.truth"),
+    # the atlas importing DecodeShare directly instead of reading its part
+    ("probes/lenses/atlas.py", "from interplab.probes.decodeshare import haar_basis",
+     "interplab.probes.lenses is not allowed to import interplab.probes.decodeshare"),
+])
+def test_a_cross_method_import_is_caught(tmp_path, module, line, broken):
+    """A copy of the package with one forbidden import breaks the independence contract, naming the pair."""
     pytest.importorskip("importlinter")
     root = _copy(tmp_path)
-    init = root / "interplab" / "probes" / "crh" / "__init__.py"
-    init.write_text(init.read_text() + "\nimport interplab.probes.truth  # forbidden: one method importing another\n")
+    target = root / "interplab" / module
+    target.write_text(target.read_text() + f"\n{line}  # forbidden\n")
     res = _lint(root)
     assert res.returncode != 0
     flat = " ".join(res.stdout.split())
     assert not _kept(res.stdout, INDEPENDENCE) and "BROKEN" in flat
-    assert "interplab.probes.crh is not allowed to import interplab.probes.truth" in flat
-
-
-def test_the_lenses_importing_a_method_is_caught(tmp_path):
-    """A copy where the atlas imports DecodeShare directly (instead of reading its part) breaks it too."""
-    pytest.importorskip("importlinter")
-    root = _copy(tmp_path)
-    atlas = root / "interplab" / "probes" / "lenses" / "atlas.py"
-    atlas.write_text(atlas.read_text() + "\nfrom interplab.probes.decodeshare import haar_basis  # forbidden\n")
-    res = _lint(root)
-    assert res.returncode != 0
-    flat = " ".join(res.stdout.split())
-    assert not _kept(res.stdout, INDEPENDENCE)
-    assert "interplab.probes.lenses is not allowed to import interplab.probes.decodeshare" in flat
+    assert broken in flat

@@ -31,16 +31,17 @@ def save_layer_scan(run, scan: LayerScan) -> None:
         layer_summary_figure, principal_angle_figure, sensitivity_figure, variance_share_heatmap,
     )
 
-    for (l, mode, thr), ss in scan.subspaces.items():
-        run.save_result(f"subspace_L{l}_{mode}_{_tag(thr)}", ss)
-        run.save_result(f"subspace_L{l}_{mode}_{_tag(thr)}_prefill", scan.prefill_subspaces[(l, mode, thr)])
+    run.save_result("scan", scan)                   # the typed result; the folders and tables below are views of it
+    for l, mode, thr in scan.entries():             # one folder per subspace, as the atlas's direction inputs read
+        run.save_result(f"subspace_L{l}_{mode}_{_tag(thr)}", scan.subspace(l, mode, thr))
+        run.save_result(f"subspace_L{l}_{mode}_{_tag(thr)}_prefill", scan.subspace(l, mode, thr, prefill=True))
     run.save_table("layers", scan.summary)
     run.save_table("sensitivity", scan.sweep)
     save_figure(run, "layers", layer_summary_figure(scan.summary))
     save_figure(run, "sensitivity", sensitivity_figure(scan.sweep, title=f"Sensitivity at layer {scan.sweep_layer}"))
     save_figure(run, "angles", principal_angle_figure(scan.angles, title="Principal angles decode vs prefill"))
-    for thr in dict.fromkeys(k[2] for k in scan.subspaces):
-        save_figure(run, f"shares_{_tag(thr)}", variance_share_heatmap(scan.subspaces[(scan.sweep_layer, "paper", thr)]))
+    for thr in dict.fromkeys(k[2] for k in scan.entries()):
+        save_figure(run, f"shares_{_tag(thr)}", variance_share_heatmap(scan.subspace(scan.sweep_layer, "paper", thr)))
 
 
 @register_experiment("decodeshare-layers", config=DecodeShareLayersConfig,
@@ -63,6 +64,7 @@ def save_study(run, study: DecodeShareStudy) -> None:
 
     steering = {"steering": study.steering.info} if study.steering is not None else {}
     run.save_json("info", study.info | steering)
+    run.save_result("study", study)                 # the typed result; the folders and tables below are views of it
     run.save_result("subspace_decode", study.subspaces.decode)
     run.save_result("subspace_prefill", study.subspaces.prefill)
     save_figure(run, "shares", figs.variance_share_heatmap(study.subspaces.decode))

@@ -14,6 +14,7 @@ save the results and draw the figures.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,10 +222,11 @@ def run_hyperfit_train(cfg: TrainHyperfitConfig, run) -> None:
     res = hyperfit(base, seqs, method=cfg.method, lora_layers=cfg.lora_layers, lora_r=cfg.lora_r,
                    lora_alpha=cfg.lora_alpha, lr=cfg.lr, stop_loss=cfg.stop_loss,
                    max_epochs=cfg.max_epochs, max_time_s=cfg.budget_s, out_dir=Path(run.path) / "checkpoint")
-    run.save_table("history", res.to_frame())
     # the folder is renamed when the run finishes: record the checkpoint relative to it (as run.relative does)
-    run.save_json("hyperfit", res.to_dict() | {"checkpoint": run.relative(res.checkpoint)} if res.checkpoint
-                  else res.to_dict())
+    res = dataclasses.replace(res, checkpoint=run.relative(res.checkpoint) if res.checkpoint else None)
+    run.save_result("hyperfit", res)               # the typed result; the table and JSON below are views of it
+    run.save_table("history", res.to_frame())
+    run.save_json("hyperfit", res.to_dict())
     save_figure(run, "training", training_dashboard_figure(res.to_frame(), stop_loss=cfg.stop_loss))
 
 

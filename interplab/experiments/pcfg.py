@@ -129,17 +129,18 @@ class PCFGAttentionConfig(PCFGOrganisms):
 def pcfg_attention(cfg: PCFGAttentionConfig, run) -> None:
     import interplab
     from interplab.figures.pcfg import attention_offset_figure
-    from interplab.probes.pcfg import attention_offset_mass
+    from interplab.probes.pcfg import AttentionOffsets, attention_offset_mass
     from interplab.zoo.recipes.pcfg import grammar_of
 
-    out = []
+    frames = {}
     for name in cfg.models:
         m = interplab.load_model(name, backend=cfg.backend)
-        am = attention_offset_mass(m, grammar_of(m), cfg.n_sequences, cfg.seed)
+        frames[name] = am = attention_offset_mass(m, grammar_of(m), cfg.n_sequences, cfg.seed)
         save_figure(run, "attention_offset_" + name.replace("zoo:", ""), attention_offset_figure(
             am, title=f"{name}: attention at offset 2^(k-1) (max over heads / uniform)"))
-        out.append(am.assign(model=name)[["model", *am.columns]])
-    run.save_table("attention_offset", pd.concat(out, ignore_index=True))
+    res = AttentionOffsets.stack(frames)
+    run.save_result("attention", res)              # the typed result; the table below is a view of it
+    run.save_table("attention_offset", res.table)
 
 
 @dataclass

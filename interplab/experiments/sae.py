@@ -10,7 +10,7 @@ from pathlib import Path
 
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
-from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, SAERecipe, fast_vs_block, metrics_row,
+from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, SAERecipe, SAERun, fast_vs_block, metrics_row,
                                    special_token_steering, train_one)
 from interplab.sae.data import sae_data
 
@@ -64,8 +64,6 @@ class SAETrainRunConfig(SAERecipe, SAEModel):
                      help="train one SAE (FAST or block) on SAELens and evaluate it (FAST metrics, Delta Loss over all "
                           "positions and over assistant answers)")
 def sae_train(cfg: SAETrainRunConfig, run) -> None:
-    import pandas as pd
-
     model = _load(cfg.model, cfg.threads)
     data = _sae_data(cfg, model, cfg.n_train, cfg.n_eval, cfg.n_train)
     out = Path(run.path) / "sae"
@@ -73,8 +71,9 @@ def sae_train(cfg: SAETrainRunConfig, run) -> None:
               batch_tokens=cfg.batch_tokens, lr=cfg.lr, expansion=cfg.expansion, l1_coefficient=cfg.l1_coefficient,
               l0_coefficient=cfg.l0_coefficient, k=cfg.k, mode=cfg.mode, context_size=cfg.context_size, seed=cfg.seed)
     row = metrics_row(model, out, data.eval, method=METHOD_LABELS[cfg.method], architecture=cfg.architecture)
-    row["path"] = run.relative(out)
-    run.save_table("metrics", pd.DataFrame([row]))
+    res = SAERun({k: v for k, v in row.items() if k != "path"}, run.relative(out))
+    run.save_result("run", res)                    # the typed result; the table below is a view of it
+    run.save_table("metrics", res.to_frame())
 
 
 @dataclass

@@ -76,30 +76,12 @@ class ValidateCrhShapesConfig:
                      help="CRH helix test: line vs planar arc vs helix chosen on held-out points for planted "
                           "trajectories of each shape (the planar arc must not pass as a helix)")
 def validate_crh_shapes_experiment(cfg: ValidateCrhShapesConfig, run) -> None:
-    import pandas as pd
+    from interplab.probes.crh.shape_selection import validate_shapes
 
-    from interplab.probes.crh.helix import fit_helix, planted_helix, planted_line
-    from interplab.probes.crh.shape_selection import planted_arc, select_trajectory_shape
-
-    makers = {"helix": lambda s: planted_helix(cfg.K, 1.0, d=cfg.d, noise=cfg.noise, seed=s),
-              "arc": lambda s: planted_arc(cfg.K, d=cfg.d, noise=cfg.noise, seed=s),
-              "line": lambda s: planted_line(cfg.K, d=cfg.d, noise=cfg.noise, seed=s)}
-    rows = []
-    for truth, make in makers.items():
-        for s in cfg.seeds:
-            X = make(s)
-            sel = select_trajectory_shape(X, n_boot=cfg.n_boot, seed=s)
-            g = sel.gains.set_index("comparison")
-            rows.append({"planted": truth, "seed": s, "chosen": sel.chosen, "correct": sel.chosen == truth,
-                         "helix_fit_mean_r2_cs": fit_helix(X).mean_r2_cs,
-                         **{f"cv_r2_{r.shape}": r.cv_r2 for r in sel.table.itertuples()},
-                         **{f"gain_{c}": g.loc[c, "gain"] for c in g.index},
-                         **{f"gain_{c}_lo": g.loc[c, "lo"] for c in g.index}})
-    df = pd.DataFrame(rows)
-    run.save_table("shapes", df)
-    run.save_json("summary", {"all_correct": bool(df["correct"].all()),
-                              "arc_passes_old_helix_fit": bool((df[df.planted == "arc"].helix_fit_mean_r2_cs > 0.99)
-                                                               .all())})
+    res = validate_shapes(cfg.seeds, K=cfg.K, d=cfg.d, noise=cfg.noise, n_boot=cfg.n_boot)
+    run.save_result("validation", res)              # the typed result; the table and summary are views of it
+    run.save_table("shapes", res.table)
+    run.save_json("summary", res.summary())
 
 
 @dataclass

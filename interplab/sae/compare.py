@@ -15,7 +15,7 @@ from interplab.sae.data import SAEData
 from interplab.sae.features import FeatureStats
 from interplab.sae.steering import SteeringSweepResult
 
-__all__ = ["METHOD_LABELS", "SAERecipe", "train_one", "metrics_row", "leakage_table", "SpecialTokenSteering",
+__all__ = ["METHOD_LABELS", "SAERecipe", "train_one", "metrics_row", "SAERun", "leakage_table", "SpecialTokenSteering",
            "special_token_steering", "ComparisonConfig", "FastVsBlockResult", "fast_vs_block"]
 
 METHOD_LABELS = {"fast": "FAST", "bt_f": "BT(F)", "bt_p": "BT(P)"}
@@ -78,6 +78,21 @@ def metrics_row(model: Any, sae_dir: Path, eval_dialogues: list, **labels) -> di
     return {**labels, **{k: v for k, v in r.items() if not isinstance(v, list)},
             "train_seconds": info.get("train_seconds"), "train_tokens_per_s": info.get("tokens_per_second"),
             "path": str(sae_dir)}
+
+
+@dataclass
+class SAERun(Result):
+    """One trained SAE and its evaluation (experiment `sae-train`). metrics: the `metrics_row` (reconstruction,
+    ΔCE over all positions and over answers, training speed); sae_path: the SAELens folder, relative to the run
+    folder when saved with a run (so it survives the run folder's rename)."""
+
+    metrics: dict
+    sae_path: str
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([{**self.metrics, "path": self.sae_path}])
 
 
 def leakage_table(model: Any, dialogues: list, site: str, context_size: int = 128, separator: str = "bos"):

@@ -36,3 +36,29 @@ def test_result_round_trip(tmp_path):
     back = ShapeSelection.load(res.save(tmp_path / "sel"))
     assert back.chosen == "helix" and np.allclose(back.residuals, res.residuals)
     assert list(back.to_frame()["shape"]) == ["line", "arc", "helix"]
+
+
+def test_validate_crh_shapes_experiment_names_each_planted_shape(tmp_path):
+    """The experiment's verdict comes from its typed result: every planted shape is chosen, the planar arc still
+    passes the old helix fit (the reason for the selection), and the run reopens as a ShapeValidation."""
+    from interplab.core.io import read_json
+    from interplab.core.result import Result
+    from interplab.experiments.registry import run_experiment
+    from interplab.probes.crh.shape_selection import ShapeValidation
+
+    path = run_experiment("validate-crh-shapes", {"seeds": "0,1", "n_boot": 300}, root=tmp_path)
+    res = Result.load_any(path / "validation")
+    assert isinstance(res, ShapeValidation) and len(res.table) == 3 * 2
+    assert set(res.table["planted"]) == {"helix", "arc", "line"}
+    assert res.all_correct and res.arc_passes_old_helix_fit
+    assert read_json(path / "json" / "summary.json") == res.summary()
+
+
+def test_shape_validation_checks_its_columns():
+    import pandas as pd
+
+    from interplab.core.errors import InputError
+    from interplab.probes.crh.shape_selection import ShapeValidation
+
+    with pytest.raises(InputError, match="needs columns"):
+        ShapeValidation(pd.DataFrame({"planted": ["arc"]}))

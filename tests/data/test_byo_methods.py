@@ -263,7 +263,14 @@ def test_sae_train_cli_with_data(llama_ckpt, tmp_path):
                 "--set", "context_size=32", "--out", str(out)) == 0
     run, cfg = _one_run(out)
     assert str(data) in json.dumps(cfg)
-    assert len(pd.read_csv(run / "tables" / "metrics.csv")) == 1
+    metrics = pd.read_csv(run / "tables" / "metrics.csv")
+    assert len(metrics) == 1
+    from interplab.results import load_run
+    from interplab.sae.compare import SAERun
+
+    res = load_run(run).result("run")                # the run reopens as its typed result
+    assert isinstance(res, SAERun) and res.sae_path == "sae" and (run / res.sae_path).is_dir()
+    assert metrics.loc[0, "path"] == "sae" and np.isclose(metrics.loc[0, "log2_mse"], res.metrics["log2_mse"])
 
 
 def test_hyperfit_geometry_cli_with_data(llama_ckpt, checkpoint_factory, tmp_path):

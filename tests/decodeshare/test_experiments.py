@@ -1,6 +1,7 @@
 """The DecodeShare experiments end to end on a tiny random model with the toy vocabulary (no trained organism):
 every section runs, writes its tables/figures, and the bookkeeping (controls, budgets, LOTO provenance) holds."""
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -78,6 +79,13 @@ def test_decodeshare_experiment_runs_end_to_end(toy_random, tmp_path):
     st = read_table(path / "tables" / "steering.csv")
     assert set(st["vector"]) == {"v", "repaired"}
     assert 0 <= info["steering"]["sh_v"] <= 1
+    # the run reopens as its typed result, and the saved tables are views of it
+    from interplab.core.result import Result
+    from interplab.probes.decodeshare import DecodeShareStudy
+
+    study = Result.load_any(path / "study")
+    assert isinstance(study, DecodeShareStudy) and study.subspaces.decode.k_s == ss.k_s
+    pd.testing.assert_frame_equal(study.table.reset_index(drop=True), table, check_dtype=False)
 
 
 @pytest.mark.slow
@@ -94,6 +102,16 @@ def test_decodeshare_layers_experiment(toy_random, tmp_path):
     assert set(df["threshold"]) == {"tau=0.001", "tau_k=1"}
     sw = read_table(path / "tables" / "sensitivity.csv")
     assert {"tau", "rho", "k", "k_s", "tau_k"} <= set(sw.columns)
+    from interplab.core.result import Result
+    from interplab.probes.decodeshare import LayerScan
+
+    scan = Result.load_any(path / "scan")
+    assert isinstance(scan, LayerScan) and len(scan.entries()) == len(df)
+    for r in df.itertuples():
+        assert scan.subspace(r.layer, r.mode, r.threshold).k_s == r.k_s
+        assert scan.subspace(r.layer, r.mode, r.threshold, prefill=True).k_s == r.k_s_prefill
+    with pytest.raises(Exception, match="has no subspace"):
+        scan.subspace(99, "paper", "tau=0.001")
 
 
 def test_decodeshare_patchback_part_runs(toy_random, tmp_path):

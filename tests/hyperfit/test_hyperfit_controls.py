@@ -162,3 +162,8 @@ def test_hyperfit_train_records_its_checkpoint_inside_the_finished_run(tmp_path)
     rec = json.loads((Path(run) / "json" / "hyperfit.json").read_text())
     assert rec["checkpoint"] == "checkpoint"
     assert (Path(run) / rec["checkpoint"] / "config.json").is_file()
+    from interplab.results import load_run
+    from interplab.train.hyperfit import HyperfitResult
+
+    res = load_run(run).result("hyperfit")           # the run reopens as its typed result, path relative too
+    assert isinstance(res, HyperfitResult) and res.checkpoint == "checkpoint" and res.epochs == rec["epochs"] == 1

@@ -70,3 +70,8 @@ def test_experiments_run_on_pcfg_L2(tmp_path):
     p = run_experiment("pcfg-attention", {"models": "zoo:pcfg-L2", "n_sequences": 16}, root=tmp_path)
     am = pd.read_csv(next(p.rglob("attention_offset.csv")))
     assert set(am.k) == {1, 2, 3, 4} and (am.mass <= 1).all()
+    from interplab.probes.pcfg import AttentionOffsets
+
+    res = load_run(p).result("attention")
+    assert isinstance(res, AttentionOffsets) and list(res.frames()) == ["zoo:pcfg-L2"]
+    pd.testing.assert_frame_equal(res.table, am, check_dtype=False)

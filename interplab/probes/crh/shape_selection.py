@@ -133,3 +133,57 @@ def planted_arc(K: int = 30, *, d: int = 64, radius: float = 1.0, sweep: float =
     q, _ = np.linalg.qr(rng.standard_normal((d, 2)))
     th = np.linspace(0, sweep, K)
     return radius * (np.cos(th)[:, None] * q[:, 0] + np.sin(th)[:, None] * q[:, 1]) + noise * rng.standard_normal((K, d))
+
+
+@dataclass
+class ShapeValidation(Result):
+    """`validate_shapes`: one row per (planted shape, seed) in ``table`` with the chosen shape, whether it is the
+    planted one, the old `fit_helix` score (mean cos-sim R²) and the held-out R² and gains of `select_trajectory_shape`;
+    ``settings``: what was run."""
+
+    table: pd.DataFrame
+    settings: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        need = {"planted", "seed", "chosen", "correct", "helix_fit_mean_r2_cs"}
+        if not need <= set(self.table.columns):
+            raise InputError(f"ShapeValidation.table needs columns {sorted(need)}, got {list(self.table.columns)}")
+
+    @property
+    def all_correct(self) -> bool:
+        return bool(self.table["correct"].all())
+
+    @property
+    def arc_passes_old_helix_fit(self) -> bool:
+        """The failure this test exists for: every planted arc scores > 0.99 on the old helix fit."""
+        return bool((self.table[self.table.planted == "arc"].helix_fit_mean_r2_cs > 0.99).all())
+
+    def summary(self) -> dict:
+        return {"all_correct": self.all_correct, "arc_passes_old_helix_fit": self.arc_passes_old_helix_fit}
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.table
+
+
+def validate_shapes(seeds=(0, 1, 2), *, K: int = 30, d: int = 64, noise: float = 0.02,
+                    n_boot: int = 2000) -> ShapeValidation:
+    """Planted helix, planar arc and line trajectories (one per seed), each put through `select_trajectory_shape`
+    and the old `fit_helix`: the selection must name the planted shape, and the arc shows why it is needed."""
+    from interplab.probes.crh.helix import fit_helix, planted_helix, planted_line
+
+    makers = {"helix": lambda s: planted_helix(K, 1.0, d=d, noise=noise, seed=s),
+              "arc": lambda s: planted_arc(K, d=d, noise=noise, seed=s),
+              "line": lambda s: planted_line(K, d=d, noise=noise, seed=s)}
+    rows = []
+    for truth, make in makers.items():
+        for s in seeds:
+            X = make(s)
+            sel = select_trajectory_shape(X, n_boot=n_boot, seed=s)
+            g = sel.gains.set_index("comparison")
+            rows.append({"planted": truth, "seed": s, "chosen": sel.chosen, "correct": sel.chosen == truth,
+                         "helix_fit_mean_r2_cs": fit_helix(X).mean_r2_cs,
+                         **{f"cv_r2_{r.shape}": r.cv_r2 for r in sel.table.itertuples()},
+                         **{f"gain_{c}": g.loc[c, "gain"] for c in g.index},
+                         **{f"gain_{c}_lo": g.loc[c, "lo"] for c in g.index}})
+    return ShapeValidation(pd.DataFrame(rows), settings={"seeds": list(seeds), "K": K, "d": d, "noise": noise,
+                                                         "n_boot": n_boot})

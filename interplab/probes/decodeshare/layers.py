@@ -8,6 +8,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from interplab.core.result import Result
 from interplab.probes.decodeshare.config import DecodeShareLayersConfig, estimator_kwargs, resolve_layer
 from interplab.probes.decodeshare.estimator import (
     SharedSubspace, match_state_counts, null_permutation, null_rotation, sensitivity_sweep, shared_subspace,
@@ -21,19 +22,34 @@ __all__ = ["LayerScan", "scan_layers"]
 
 
 @dataclass
-class LayerScan:
+class LayerScan(Result):
     """What `scan_layers` measured. summary: one row per (layer, mode, threshold) with k, |S| (decode, prefill,
     count-matched decode), null p-values and means, angle summaries and the Lemma A.3 bound; sweep: the tau/rho
     sensitivity at `sweep_layer`; angles: decode-vs-prefill principal angles by label; subspaces / prefill_subspaces:
-    the SharedSubspace results by (layer, mode, threshold label).
-
-    A bundle rather than one saved result: its tables and each SharedSubspace are saved on their own."""
+    the SharedSubspace results keyed by `LayerScan.key(layer, mode, threshold label)` (one string, so the scan saves
+    and reloads as one result); `subspace(...)` looks one up."""
     summary: pd.DataFrame
     sweep: pd.DataFrame
     sweep_layer: int
     angles: dict[str, np.ndarray] = field(default_factory=dict)
-    subspaces: dict[tuple[int, str, str], SharedSubspace] = field(default_factory=dict)
-    prefill_subspaces: dict[tuple[int, str, str], SharedSubspace] = field(default_factory=dict)
+    subspaces: dict[str, SharedSubspace] = field(default_factory=dict)
+    prefill_subspaces: dict[str, SharedSubspace] = field(default_factory=dict)
+
+    @staticmethod
+    def key(layer: int, mode: str, threshold: str) -> str:
+        return f"L{int(layer)}/{mode}/{threshold}"
+
+    def subspace(self, layer: int, mode: str, threshold: str, *, prefill: bool = False) -> SharedSubspace:
+        table = self.prefill_subspaces if prefill else self.subspaces
+        k = self.key(layer, mode, threshold)
+        if k not in table:
+            raise InputError(f"the scan has no subspace for layer {layer}, mode {mode!r}, threshold {threshold!r}; "
+                             f"it has {sorted(table)}")
+        return table[k]
+
+    def entries(self) -> list[tuple[int, str, str]]:
+        """(layer, mode, threshold label) of every scanned subspace, in scan order."""
+        return [(int(k.split("/")[0][1:]), *k.split("/", 2)[1:]) for k in self.subspaces]
 
     def to_frame(self):
         return self.summary
@@ -59,8 +75,8 @@ def _layer_rows(cfg: DecodeShareLayersConfig, scan: LayerScan, layer: int, dec, 
             ang = principal_angles(ss.basis, sp.basis)
             angm = principal_angles(sdm.basis, sp.basis)
             scan.angles[f"L{layer} {mode} {thr}: decode vs prefill"] = ang
-            scan.subspaces[(layer, mode, thr)] = ss
-            scan.prefill_subspaces[(layer, mode, thr)] = sp
+            scan.subspaces[scan.key(layer, mode, thr)] = ss
+            scan.prefill_subspaces[scan.key(layer, mode, thr)] = sp
             rows.append({"layer": layer, "mode": mode, "threshold": thr, "tau_used": ss.tau, "k": ss.k,
                          "k_s": ss.k_s, "k_s_prefill": sp.k_s, "k_s_decode_matched": sdm.k_s,
                          "n_states": int(sum(ss.n_rows.values())),

@@ -2,7 +2,7 @@
 grammar (`pcfg_kl`), layer-wise probes of parse quantities with controls and l*(ℓ) (`parse_probes`), attention at
 dyadic offsets and the construction mirror. Every function reads a `LabModel` (`interplab.load_model`, or
 `interplab.models.wrap_hf_model` for an in-memory transformers model)."""
-from interplab.probes.pcfg.attention import attention_offset_mass
+from interplab.probes.pcfg.attention import AttentionOffsets, attention_offset_mass
 from interplab.probes.pcfg.capture import model_next_logprobs
 from interplab.probes.pcfg.construction import ConstructionMirror, construction_mirror
 from interplab.probes.pcfg.depth_seeds import DepthSeedSweep, DepthSeedSweepConfig, depth_seed_sweep
@@ -13,5 +13,5 @@ from interplab.probes.pcfg.targets import PROBE_TARGETS
 
 __all__ = ["pcfg_kl", "kl_summary", "position_kl", "describe_kl_summary", "model_next_logprobs", "parse_probes", "local_to_global", "lstar_slope",
            "lstar_slope_by_split",
-           "PROBE_TARGETS", "attention_offset_mass", "construction_mirror", "ConstructionMirror", "depth_sweep",
+           "PROBE_TARGETS", "attention_offset_mass", "AttentionOffsets", "construction_mirror", "ConstructionMirror", "depth_sweep",
            "DepthSweep", "probe_study", "ProbeStudy", "DepthSeedSweepConfig", "DepthSeedSweep", "depth_seed_sweep"]

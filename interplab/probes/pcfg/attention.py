@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
+from interplab.core.errors import InputError
+from interplab.core.result import Result
 from interplab.grammar import PCFG, grammar_vocab, sample_eval_set, to_model_ids
 from interplab.models.lab_model import LabModel
 from interplab.probes.pcfg.capture import forward, require_lab_model
 from interplab.train.grammar_eval import max_len_for
 
-__all__ = ["attention_offset_mass"]
+__all__ = ["attention_offset_mass", "AttentionOffsets"]
 
 
 @torch.no_grad()
@@ -49,3 +52,29 @@ def attention_offset_mass(model: LabModel, g: PCFG, n_sequences: int = 128, seed
                 rows.append({"layer": l, "head": h, "k": k, "offset": off, "mass": float(mass[h]),
                              "mass_aligned": float(mass_al[h]), "uniform": uni})
     return pd.DataFrame(rows)
+
+
+@dataclass
+class AttentionOffsets(Result):
+    """`attention_offset_mass` of one or more models: ``table`` stacks their frames with a leading ``model``
+    column (construction mirror, spec §5.4)."""
+
+    table: pd.DataFrame
+
+    def __post_init__(self):
+        need = {"model", "layer", "head", "k", "offset", "mass", "mass_aligned", "uniform"}
+        if not need <= set(self.table.columns):
+            raise InputError(f"AttentionOffsets.table needs columns {sorted(need)}, got {list(self.table.columns)}")
+
+    @classmethod
+    def stack(cls, frames: dict[str, pd.DataFrame]) -> "AttentionOffsets":
+        """{model name: its `attention_offset_mass` frame} -> one result, in the given order."""
+        return cls(pd.concat([df.assign(model=m)[["model", *df.columns]] for m, df in frames.items()],
+                             ignore_index=True))
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        t = self.table
+        return {m: t[t["model"] == m].drop(columns="model").reset_index(drop=True) for m in t["model"].unique()}
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.table

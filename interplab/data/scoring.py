@@ -22,10 +22,11 @@ import string
 from typing import Sequence
 
 from interplab.core.errors import ConfigError, InputError
+from interplab.core.record import Record
 
 __all__ = ["HALUEVAL_UNKNOWN_MODES", "parse_halueval", "halueval_metrics", "final_answer_span", "parse_number",
            "parse_yes_no", "parse_choice", "parse_final_answer", "answer_correct", "accuracy", "normalise_words",
-           "starts_with_answer"]
+           "starts_with_answer", "HaluEvalMetrics", "Accuracy"]
 
 HALUEVAL_UNKNOWN_MODES = ("no", "wrong", "drop")
 _HALU_RE = re.compile(r"^(yes|no)\b[.,]?")
@@ -42,7 +43,16 @@ def _repo_map(pred: str) -> str:
     return "yes" if "yes" in pred else "no"
 
 
-def halueval_metrics(replies: Sequence[str], ground_truth: Sequence[str], *, unknown: str = "no") -> dict:
+class HaluEvalMetrics(Record):
+    """`halueval_metrics`: n, n_scored, accuracy, precision, recall, f1, unknown_rate, n_unknown, unknown_mode,
+    yes_ratio_pred, yes_ratio_gt_repo."""
+
+    KEYS = ("n", "n_scored", "accuracy", "precision", "recall", "f1", "unknown_rate", "n_unknown", "unknown_mode",
+            "yes_ratio_pred", "yes_ratio_gt_repo")
+
+
+def halueval_metrics(replies: Sequence[str], ground_truth: Sequence[str], *, unknown: str = "no"
+                     ) -> HaluEvalMetrics:
     """Accuracy (headline), precision/recall/F1 with "yes" (hallucinated) positive, the unknown rate, and the
     predicted and ground-truth yes ratios (the repo's `yes_ratio` counts ground truth; both are given).
 
@@ -74,11 +84,12 @@ def halueval_metrics(replies: Sequence[str], ground_truth: Sequence[str], *, unk
     n = len(pairs)
     prec = tp / (tp + fp) if tp + fp else 0.0
     rec = tp / (tp + fn) if tp + fn else 0.0
-    return {"n": len(replies), "n_scored": n, "accuracy": (sum(p == g for p, g in pairs) / n) if n else float("nan"),
-            "precision": prec, "recall": rec, "f1": (2 * prec * rec / (prec + rec)) if prec + rec else 0.0,
-            "unknown_rate": n_unknown / len(replies), "n_unknown": n_unknown, "unknown_mode": unknown,
-            "yes_ratio_pred": (sum(p == "yes" for p, _ in pairs) / n) if n else float("nan"),
-            "yes_ratio_gt_repo": sum(g == "yes" for g in gts) / len(gts)}
+    return HaluEvalMetrics({
+        "n": len(replies), "n_scored": n, "accuracy": (sum(p == g for p, g in pairs) / n) if n else float("nan"),
+        "precision": prec, "recall": rec, "f1": (2 * prec * rec / (prec + rec)) if prec + rec else 0.0,
+        "unknown_rate": n_unknown / len(replies), "n_unknown": n_unknown, "unknown_mode": unknown,
+        "yes_ratio_pred": (sum(p == "yes" for p, _ in pairs) / n) if n else float("nan"),
+        "yes_ratio_gt_repo": sum(g == "yes" for g in gts) / len(gts)})
 
 
 # --------------------------------------------------------------------------------------------- Final answer
@@ -194,7 +205,13 @@ def answer_correct(text: str, gold, kind: str, letters: str = "ABCDE") -> bool:
     return bool(p) and bool(g) and p == g
 
 
-def accuracy(texts: Sequence[str], golds: Sequence, kind: str, letters: str = "ABCDE") -> dict:
+class Accuracy(Record):
+    """`accuracy`: accuracy, extraction_rate (share of replies with a parsable answer), n."""
+
+    KEYS = ("accuracy", "extraction_rate", "n")
+
+
+def accuracy(texts: Sequence[str], golds: Sequence, kind: str, letters: str = "ABCDE") -> Accuracy:
     """{'accuracy', 'extraction_rate', 'n'} of replies against golds (extraction = a parsable answer)."""
     texts, golds = list(texts), list(golds)
     if len(texts) != len(golds):
@@ -203,4 +220,4 @@ def accuracy(texts: Sequence[str], golds: Sequence, kind: str, letters: str = "A
         raise InputError("no replies to score")
     ok = [answer_correct(t, g, kind, letters) for t, g in zip(texts, golds)]
     ext = [bool(parse_final_answer(t, kind, letters)) for t in texts]
-    return {"accuracy": sum(ok) / len(ok), "extraction_rate": sum(ext) / len(ext), "n": len(ok)}
+    return Accuracy(accuracy=sum(ok) / len(ok), extraction_rate=sum(ext) / len(ext), n=len(ok))

@@ -35,6 +35,7 @@ import torch
 
 from interplab.core.errors import ConfigError, ShapeError
 from interplab.core.edit import PHASES, Edit, ModelShape, StepContext
+from interplab.core.record import Record
 from interplab.core.shapes import check_score_shape
 
 GATE_MODES = ("normalize", "contrast", "legacy_amplify", "raw", "inverse_baseline", "random_baseline")
@@ -104,12 +105,18 @@ def _gates(scores, mode, alpha, *, n_layers, n_heads, seed) -> np.ndarray:
     raise ConfigError(f"gate mode must be one of {GATE_MODES}, got {mode!r}")
 
 
-def gate_summary(gates) -> dict:
+class GateSummary(Record):
+    """`gate_summary`: gate_min, gate_max, gate_mean, n_negative (gates below 0), n_gates."""
+
+    KEYS = ("gate_min", "gate_max", "gate_mean", "n_negative", "n_gates")
+
+
+def gate_summary(gates) -> GateSummary:
     """min/max/mean of the gates and how many are negative (every reported run records these). gate_mean is also
     the mean layer gain (1 for contrast and for rebase="layer_mean")."""
     g = np.asarray(gates, dtype=np.float64)
-    return {"gate_min": float(g.min()), "gate_max": float(g.max()), "gate_mean": float(g.mean()),
-            "n_negative": int((g < 0).sum()), "n_gates": int(g.size)}
+    return GateSummary(gate_min=float(g.min()), gate_max=float(g.max()), gate_mean=float(g.mean()),
+                       n_negative=int((g < 0).sum()), n_gates=int(g.size))
 
 
 class HeadGate(Edit):

@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from interplab.core.errors import ShapeError
+from interplab.core.record import Record
 
 __all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "t_interval", "intervals", "slope_interval",
-           "paired_signflip_test", "permutation_p", "spearman_interval", "wilson_interval", "normal_sf", "target_row"]
+           "paired_signflip_test", "permutation_p", "spearman_interval", "wilson_interval", "normal_sf", "target_row",
+           "Interval", "SlopeInterval", "SpearmanInterval", "TargetRow"]
 
 
 def pearson(a, b) -> np.ndarray:
@@ -79,7 +81,14 @@ def t_interval(values, *, level: float = 0.95) -> tuple[float, float, float]:
     return m, float(m - half), float(m + half)
 
 
-def intervals(values, *, method: str = "t", level: float = 0.95, B: int = 5000, seed: int = 0) -> dict:
+class Interval(Record):
+    """`intervals`: mean, lo, hi (the interval of the mean), n (finite values), method ('t' | 'bootstrap'),
+    level."""
+
+    KEYS = ("mean", "lo", "hi", "n", "method", "level")
+
+
+def intervals(values, *, method: str = "t", level: float = 0.95, B: int = 5000, seed: int = 0) -> Interval:
     """The one interval every method reports: {mean, lo, hi, n, method, level} of the mean of `values` (NaNs
     dropped), by a Student-t interval (`t`, n − 1 dof: seeds) or a percentile bootstrap (`bootstrap`: many
     examples). A JSON-ready dict, so experiments save it as is."""
@@ -91,10 +100,16 @@ def intervals(values, *, method: str = "t", level: float = 0.95, B: int = 5000, 
         m, lo, hi = bootstrap_ci(x, B=B, level=level, seed=seed)
     else:
         raise ValueError(f"method must be 't' or 'bootstrap', got {method!r}")
-    return {"mean": m, "lo": lo, "hi": hi, "n": int(x.size), "method": method, "level": level}
+    return Interval(mean=m, lo=lo, hi=hi, n=int(x.size), method=method, level=level)
 
 
-def slope_interval(x, y, *, level: float = 0.95) -> dict:
+class SlopeInterval(Record):
+    """`slope_interval`: slope, intercept, lo, hi (slope ± half), half (t quantile x se), se, dof (n − 2), n."""
+
+    KEYS = ("slope", "intercept", "lo", "hi", "half", "se", "dof", "n")
+
+
+def slope_interval(x, y, *, level: float = 0.95) -> SlopeInterval:
     """Least-squares slope of y on x with its Student-t interval (n − 2 residual dof; with 4 points the t quantile
     is 4.30, not 1.96). {slope, intercept, lo, hi, half, se, dof, n}; NaN bounds for fewer than 3 points."""
     from scipy.stats import t as student_t
@@ -106,8 +121,7 @@ def slope_interval(x, y, *, level: float = 0.95) -> dict:
     n = int(x.size)
     nan = float("nan")
     if n < 2 or np.ptp(x) == 0:
-        return {"slope": nan, "intercept": nan, "lo": nan, "hi": nan, "half": nan, "se": nan, "dof": max(0, n - 2),
-                "n": n}
+        return SlopeInterval(slope=nan, intercept=nan, lo=nan, hi=nan, half=nan, se=nan, dof=max(0, n - 2), n=n)
     xc = x - x.mean()
     slope = float((xc * (y - y.mean())).sum() / (xc * xc).sum())
     intercept = float(y.mean() - slope * x.mean())
@@ -118,8 +132,8 @@ def slope_interval(x, y, *, level: float = 0.95) -> dict:
         resid = y - (intercept + slope * x)
         se = float(np.sqrt((resid @ resid) / dof / (xc * xc).sum()))
         half = float(student_t.ppf(0.5 + level / 2, dof)) * se
-    return {"slope": slope, "intercept": intercept, "lo": slope - half, "hi": slope + half, "half": half, "se": se,
-            "dof": dof, "n": n}
+    return SlopeInterval(slope=slope, intercept=intercept, lo=slope - half, hi=slope + half, half=half, se=se, dof=dof,
+                         n=n)
 
 
 def paired_signflip_test(a, b, *, B: int = 10000, seed: int = 0) -> float:
@@ -151,7 +165,14 @@ def permutation_p(observed: float, null, *, alternative: str = "greater") -> flo
     return float((c + 1) / (null.size + 1))
 
 
-def spearman_interval(a, b, *, B: int = 2000, n_perm: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+class SpearmanInterval(Record):
+    """`spearman_interval`: rho, lo, hi (percentile bootstrap), p (two-sided permutation), n (cells)."""
+
+    KEYS = ("rho", "lo", "hi", "p", "n")
+
+
+def spearman_interval(a, b, *, B: int = 2000, n_perm: int = 2000, level: float = 0.95, seed: int = 0
+                      ) -> SpearmanInterval:
     """Spearman ρ of two maps compared cell by cell, with a percentile bootstrap interval (cells resampled in pairs,
     B resamples; resamples with a constant side are dropped) and a two-sided permutation p (one side's cells
     shuffled, n_perm times). {rho, lo, hi, p, n}; NaN where ρ is undefined (fewer than 3 cells or a constant map).
@@ -164,7 +185,7 @@ def spearman_interval(a, b, *, B: int = 2000, n_perm: int = 2000, level: float =
     nan = float("nan")
     rho = spearman(x, y) if x.size >= 3 else nan
     if not np.isfinite(rho):
-        return {"rho": nan, "lo": nan, "hi": nan, "p": nan, "n": int(x.size)}
+        return SpearmanInterval(rho=nan, lo=nan, hi=nan, p=nan, n=int(x.size))
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, x.size, size=(B, x.size))
     boot = pearson(rankdata(x[idx]), rankdata(y[idx]))
@@ -173,8 +194,8 @@ def spearman_interval(a, b, *, B: int = 2000, n_perm: int = 2000, level: float =
     ry = rankdata(y)
     perm = np.argsort(rng.random((n_perm, x.size)), axis=1)
     null = pearson(rankdata(x)[None], ry[perm])
-    return {"rho": rho, "lo": float(lo), "hi": float(hi), "p": permutation_p(rho, null, alternative="two-sided"),
-            "n": int(x.size)}
+    return SpearmanInterval(rho=rho, lo=float(lo), hi=float(hi), p=permutation_p(rho, null, alternative="two-sided"),
+                            n=int(x.size))
 
 
 def wilson_interval(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -198,7 +219,13 @@ def normal_sf(z) -> np.ndarray:
 _OPS = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
 
 
-def target_row(values, op: str, threshold: float, *, level: float = 0.95) -> dict:
+class TargetRow(Record):
+    """`target_row`: target ("op threshold"), mean, t95_lo, t95_hi, min, max, n_seeds, n_nan, pass."""
+
+    KEYS = ("target", "mean", "t95_lo", "t95_hi", "min", "max", "n_seeds", "n_nan", "pass")
+
+
+def target_row(values, op: str, threshold: float, *, level: float = 0.95) -> TargetRow:
     """One row of a validation's recovery table: how per-seed `values` meet the target `op threshold`.
 
     The one NaN policy of every recovery table: a NaN seed fails its target and is counted in n_nan. ±inf is a value
@@ -214,8 +241,8 @@ def target_row(values, op: str, threshold: float, *, level: float = 0.95) -> dic
         m = lo = hi = float(v[ok][0])
     with np.errstate(invalid="ignore"):
         meets = _OPS[op](v, threshold)
-    return {"target": f"{op} {threshold:g}", "mean": m, "t95_lo": lo, "t95_hi": hi,
-            "min": float(v[ok].min()) if ok.any() else float("nan"),
-            "max": float(v[ok].max()) if ok.any() else float("nan"),
-            "n_seeds": int(v.size), "n_nan": int((~ok).sum()),
-            "pass": bool(v.size and ok.all() and meets.all())}
+    return TargetRow({"target": f"{op} {threshold:g}", "mean": m, "t95_lo": lo, "t95_hi": hi,
+                      "min": float(v[ok].min()) if ok.any() else float("nan"),
+                      "max": float(v[ok].max()) if ok.any() else float("nan"),
+                      "n_seeds": int(v.size), "n_nan": int((~ok).sum()),
+                      "pass": bool(v.size and ok.all() and meets.all())})

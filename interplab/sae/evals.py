@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
+from interplab.core.record import Record
 
 
 class ReconstructionAccumulator:
@@ -196,9 +197,34 @@ def _reconstruction(sae, prov, special_token_ids, dense_threshold) -> dict:
     return acc.result()
 
 
+_DOWNSTREAM = ("ce_clean", "ce_sae", "ce_zero_ablation", "delta_loss_pct", "ce_loss_score", "kl_sae",
+               "kl_zero_ablation")
+
+
+class SAEEval(Record):
+    """`evaluate_sae`: the reconstruction metrics n_sequences, n_tokens, mse, log2_mse, mse_token_weighted,
+    mse_saelens, explained_variance, n_sequences_special, n_tokens_special, mse_special, log2_mse_special, l0,
+    dead_features, dense_features, d_sae, dense_threshold, then site and special_token_ids; with `downstream` the
+    CE-based metrics ce_clean, ce_sae, ce_zero_ablation, delta_loss_pct, ce_loss_score, kl_sae, kl_zero_ablation
+    (positions "all") and the same keys suffixed `_response` plus n_sequences_response, n_tokens_response
+    (positions "response")."""
+
+    KEYS = ("n_sequences", "n_tokens", "mse", "log2_mse", "mse_token_weighted", "mse_saelens", "explained_variance",
+            "n_sequences_special", "n_tokens_special", "mse_special", "log2_mse_special", "l0", "dead_features",
+            "dense_features", "d_sae", "dense_threshold", "site", "special_token_ids")
+    OPTIONAL = _DOWNSTREAM + tuple(k + "_response" for k in _DOWNSTREAM) + ("n_sequences_response",
+                                                                             "n_tokens_response")
+
+
+class PackedSAEEval(SAEEval):
+    """`evaluate_sae_packed`: the `SAEEval` keys plus n_blocks and context_size (after special_token_ids)."""
+
+    KEYS = SAEEval.KEYS + ("n_blocks", "context_size")
+
+
 def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | None = None,
                  special_token_ids: Sequence[int] | None = None, truncate: int | None = 8192, micro_batch: int = 16,
-                 downstream: bool = True, dense_threshold: float = 0.1, positions: Any = "all") -> dict:
+                 downstream: bool = True, dense_threshold: float = 0.1, positions: Any = "all") -> SAEEval:
     """FAST evaluation of `sae` (an SAELens SAE or a directory) on `dialogues` (one per forward).
 
     special_token_ids: ids counted for MSE_st (default: the tokenizer's special/added tokens, i.e. the chat
@@ -239,7 +265,7 @@ def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | 
     res["special_token_ids"] = list(map(int, special_token_ids))
     if downstream:
         res.update(downstream_metrics(model, sae, prov, site=site, positions=pos, response_masks=resp))
-    return res
+    return SAEEval(res)
 
 
 def _place(batch_mask: torch.Tensor, per_sample: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -332,7 +358,7 @@ def evaluate_sae_packed(model: Any, sae: Any, dialogues: Sequence[Any], *, conte
                         separator: str = "bos", site: str | None = None,
                         special_token_ids: Sequence[int] | None = None, truncate: int | None = 8192,
                         micro_batch: int = 8, downstream: bool = True, dense_threshold: float = 0.1,
-                        positions: Any = "all") -> dict:
+                        positions: Any = "all") -> PackedSAEEval:
     """`evaluate_sae` on the **packed** (block-training) distribution instead of FAST's: `dialogues` (or texts) are
     packed exactly as BT(F)/BT(P) training packs them (`block_provider`, in the given order, SAELens packing: BOS at
     every block start, `separator` between samples, trailing partial block dropped) and every block is one forward.
@@ -367,4 +393,4 @@ def evaluate_sae_packed(model: Any, sae: Any, dialogues: Sequence[Any], *, conte
                                           for s, p in zip(s_row.tolist(), p_row.tolist())]))
         res.update(downstream_metrics(model, sae, _Blocks(blocks, micro_batch), site=site, positions=pos,
                                       response_masks=resp))
-    return res
+    return PackedSAEEval(res)

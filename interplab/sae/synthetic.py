@@ -20,10 +20,12 @@ import pandas as pd
 import torch
 
 from interplab.core.errors import ConfigError, ShapeError
+from interplab.core.record import Record
 from interplab.core.result import Result
 from interplab.sae.training import ARCHITECTURES, SAETrainConfig, build_training_sae, train_sae
 
-__all__ = ["SyntheticConfig", "SyntheticComparison", "synthetic_data", "synthetic_metrics", "compare_with_saelens"]
+__all__ = ["SyntheticConfig", "SyntheticComparison", "synthetic_data", "synthetic_metrics",
+           "SyntheticMetrics", "compare_with_saelens"]
 
 
 @dataclass
@@ -97,7 +99,15 @@ def _stream(fd, gen: _IsolatedGenerator, batch: int):
         yield x
 
 
-def synthetic_metrics(sae, fd, gen, n: int, seed: int) -> dict:
+class SyntheticMetrics(Record):
+    """`synthetic_metrics`: mcc, uniqueness, f1, precision, recall, sae_l0, true_l0, dead_latents, shrinkage,
+    explained_variance."""
+
+    KEYS = ("mcc", "uniqueness", "f1", "precision", "recall", "sae_l0", "true_l0", "dead_latents", "shrinkage",
+            "explained_variance")
+
+
+def synthetic_metrics(sae, fd, gen, n: int, seed: int) -> SyntheticMetrics:
     """`eval_sae_on_synthetic_data` on n fresh samples (seeded): mcc, uniqueness, f1, precision, recall, sae_l0,
     true_l0, dead_latents, shrinkage, explained_variance."""
     from sae_lens.synthetic import eval_sae_on_synthetic_data
@@ -105,10 +115,10 @@ def synthetic_metrics(sae, fd, gen, n: int, seed: int) -> dict:
     torch.manual_seed(seed)
     r = eval_sae_on_synthetic_data(sae, fd, gen, num_samples=n)
     c = r.classification
-    return {"mcc": r.mcc, "uniqueness": r.uniqueness, "f1": float(c.f1_score),
-            "precision": float(c.precision), "recall": float(c.recall), "sae_l0": r.sae_l0,
-            "true_l0": r.true_l0, "dead_latents": int(r.dead_latents), "shrinkage": r.shrinkage,
-            "explained_variance": r.explained_variance}
+    return SyntheticMetrics(mcc=r.mcc, uniqueness=r.uniqueness, f1=float(c.f1_score), precision=float(c.precision),
+                            recall=float(c.recall), sae_l0=r.sae_l0, true_l0=r.true_l0,
+                            dead_latents=int(r.dead_latents), shrinkage=r.shrinkage,
+                            explained_variance=r.explained_variance)
 
 
 def _train_cfg(cfg: SyntheticConfig, architecture: str, seed: int) -> SAETrainConfig:

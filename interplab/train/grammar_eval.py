@@ -18,9 +18,10 @@ import pandas as pd
 import torch
 
 from interplab.core.errors import InputError
+from interplab.core.record import Record
 from interplab.grammar import PCFG, grammar_vocab, next_token_logprobs, ngram_baselines, sample_eval_set, to_model_ids
 
-__all__ = ["grammar_kl", "kl_summary", "next_logprobs", "kl_rows", "max_len_for"]
+__all__ = ["grammar_kl", "kl_summary", "KLSummary", "next_logprobs", "kl_rows", "max_len_for"]
 
 LogitsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -166,8 +167,19 @@ def _summary(cols: dict[str, torch.Tensor], valid: torch.Tensor) -> dict:
     return summ
 
 
-def kl_summary(df: pd.DataFrame) -> dict:
+class KLSummary(Record):
+    """`kl_summary`: kl, kl_se, tv, nll_model (per-token, averaged per sequence), kl_token, excess_nll,
+    excess_nll_se (pooled over tokens), entropy_rate, n_sequences, n_tokens; kl_unigram and kl_bigram when the
+    frame was computed with baselines."""
+
+    KEYS = ("kl", "kl_se", "tv", "excess_nll", "nll_model", "kl_token", "excess_nll_se", "entropy_rate",
+            "n_sequences", "n_tokens")
+    OPTIONAL = ("kl_unigram", "kl_bigram")
+
+
+def kl_summary(df: pd.DataFrame) -> KLSummary | dict:
     """The summary of a `grammar_kl` / `pcfg_kl` frame: kl, kl_se, tv, entropy_rate, nll_model, kl_unigram,
     kl_bigram (per-token, averaged per sequence), kl_token / excess_nll / excess_nll_se (pooled over tokens),
-    n_sequences, n_tokens."""
-    return dict(df.attrs.get("summary", {}))
+    n_sequences, n_tokens. A frame without ``attrs["summary"]`` (e.g. one read back from a CSV) gives ``{}``."""
+    summ = df.attrs.get("summary")
+    return KLSummary(summ) if summ else {}

@@ -41,6 +41,7 @@ def test_one_nan_policy_for_every_recovery_table():
     from interplab.probes import stats
 
     r = stats.target_row([0.9, np.nan, 0.95], ">=", 0.8)
+    assert isinstance(r, stats.TargetRow)
     assert (r["n_seeds"], r["n_nan"], r["pass"]) == (3, 1, False)          # a NaN seed fails its target
     assert r["min"] == 0.9 and r["max"] == 0.95 and r["mean"] == 0.925      # the finite seeds are summarised
     assert stats.target_row([0.9, 0.95], ">=", 0.8)["pass"] and not stats.target_row([0.9, 0.7], ">=", 0.8)["pass"]

@@ -10,7 +10,7 @@ import pytest
 from interplab.core.errors import DataError, InputError
 from interplab.data import files
 from interplab.data.adapters import chat_messages, crh_concepts, decodeshare_pool as pool, halueval, text_corpus
-from interplab.data.scoring import (accuracy, answer_correct, final_answer_span, halueval_metrics, parse_choice,
+from interplab.data.scoring import (Accuracy, HaluEvalMetrics, accuracy, answer_correct, final_answer_span, halueval_metrics, parse_choice,
                                     parse_final_answer, parse_halueval, parse_number)
 
 
@@ -131,7 +131,7 @@ def test_halueval_metrics_unknown_modes():
     replies = ["Yes", "No", "maybe", "Yes", "??"]
     gt = ["yes", "no", "yes", "no", "no"]
     repo = halueval_metrics(replies, gt, unknown="no")  # maybe->no (wrong), ??->no (right)
-    assert repo["accuracy"] == pytest.approx(3 / 5)
+    assert isinstance(repo, HaluEvalMetrics) and repo["accuracy"] == pytest.approx(3 / 5)
     assert repo["unknown_rate"] == pytest.approx(2 / 5)
     assert repo["precision"] == pytest.approx(1 / 2) and repo["recall"] == pytest.approx(1 / 2)
     assert repo["f1"] == pytest.approx(0.5)
@@ -237,7 +237,7 @@ def test_final_answer_scoring():
     assert answer_correct("Final answer: 1203", "1203", "numeric")
     assert not answer_correct("Final answer:", "1203", "numeric")
     res = accuracy(["Final answer: A", "### 99 ###", "Final answer: B"], ["A", "A", "A"], "mc", "AB")
-    assert res["accuracy"] == pytest.approx(1 / 3)
+    assert isinstance(res, Accuracy) and res["accuracy"] == pytest.approx(1 / 3)
     assert res["extraction_rate"] == pytest.approx(2 / 3)
 
 

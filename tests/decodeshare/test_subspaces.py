@@ -4,7 +4,7 @@ import pytest
 
 from interplab.core.errors import ConfigError, InputError, ShapeError
 from interplab.probes.decodeshare.subspaces import (
-    alpha_matched_control, check_basis, cumulative_energy, energy_pool, energy_ratio, haar_basis, k_matched_control,
+    AngleSummary, alpha_matched_control, angle_summary, check_basis, cumulative_energy, energy_pool, energy_ratio, haar_basis, k_matched_control,
     mean_energy, orthonormalize, principal_angles, project_out, projector, repair_vector, steering_overlap,
     subspace_overlap, variance_matched_control,
 )
@@ -69,6 +69,9 @@ def test_principal_angles_and_overlap():
     C, D = haar_basis(30, 5, seed=4), haar_basis(30, 3, seed=5)
     ang = principal_angles(C, D, degrees=False)
     assert np.isclose(subspace_overlap(C, D), np.mean(np.cos(ang) ** 2))
+    s = angle_summary([10.0, 20.0, 30.0])
+    assert isinstance(s, AngleSummary) and (s.mean, s.min, s.max, s.n) == (20.0, 10.0, 30.0, 3)
+    assert np.isnan(angle_summary([])["mean"]) and angle_summary([])["n"] == 0
     with pytest.raises(ShapeError):
         principal_angles(C, haar_basis(20, 3))
 

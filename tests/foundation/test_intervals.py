@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from interplab.probes.stats import intervals, slope_interval, t_interval
+from interplab.probes.stats import Interval, SlopeInterval, intervals, slope_interval, t_interval
 
 
 def test_slope_interval_matches_scipy_linregress():
@@ -16,6 +16,7 @@ def test_slope_interval_matches_scipy_linregress():
     y = 0.7 * x + rng.standard_normal(9)
     ref = sps.linregress(x, y)
     got = slope_interval(x, y, level=0.9)
+    assert isinstance(got, SlopeInterval)
     assert math.isclose(got["slope"], ref.slope, rel_tol=1e-12)
     assert math.isclose(got["se"], ref.stderr, rel_tol=1e-10)
     assert math.isclose(got["half"], sps.t.ppf(0.95, 7) * ref.stderr, rel_tol=1e-10)
@@ -35,6 +36,7 @@ def test_slope_interval_with_two_dof_is_wider_than_normal():
 def test_intervals_t_and_bootstrap():
     v = [0.2, 0.5, 0.4]
     t = intervals(v)
+    assert isinstance(t, Interval) and t.lo == t["lo"]
     assert (t["mean"], t["lo"], t["hi"]) == t_interval(v) and t["n"] == 3 and t["method"] == "t"
     half = sps.t.ppf(0.975, 2) * np.std(v, ddof=1) / math.sqrt(3)
     assert math.isclose(t["hi"] - t["mean"], half, rel_tol=1e-12)
@@ -46,7 +48,7 @@ def test_intervals_t_and_bootstrap():
 
 
 def test_lstar_slope_reports_the_t_interval_and_the_split_view():
-    from interplab.probes.pcfg import local_to_global, lstar_slope, lstar_slope_by_split
+    from interplab.probes.pcfg import LstarSlope, LstarSplitSlopes, local_to_global, lstar_slope, lstar_slope_by_split
 
     rows = []
     # two probe splits: l* = −1, 0, 1, 2 (slope 1) and 0, 2, 4, 4 (slope 1.4) for ℓ = 1, 2, 4, 8
@@ -60,7 +62,9 @@ def test_lstar_slope_reports_the_t_interval_and_the_split_view():
                          "score": (c0[li] + c1[li]) / 2, "score_split0": c0[li], "score_split1": c1[li]})
     df = pd.DataFrame(rows)
     sl = lstar_slope(local_to_global(df), "x")
+    assert isinstance(sl, LstarSlope)
     assert sl["interval"] == "t(2)" and math.isclose(sl["ci95"], sl["half"]) and sl["lo"] <= sl["slope"] <= sl["hi"]
     by = lstar_slope_by_split(df, "x")
+    assert isinstance(by, LstarSplitSlopes)
     assert by["slopes"] == pytest.approx([1.0, 1.4]) and by["n"] == 2 and by["method"] == "t"
     assert by["lo"] < 1.2 < by["hi"]

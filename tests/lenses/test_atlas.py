@@ -138,6 +138,7 @@ def test_spearman_interval_covers_and_detects():
     assert strong["lo"] > 0.5 and strong["p"] < 0.01
     assert null["lo"] < 0 < null["hi"] and null["p"] > 0.05
     assert np.isnan(stats.spearman_interval(x, np.ones(40))["rho"])
+    assert isinstance(strong, stats.SpearmanInterval)
 
 
 def test_unavailable_methods_are_reasons_not_errors(organisms):

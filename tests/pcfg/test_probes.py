@@ -11,7 +11,7 @@ from interplab.grammar.oracle import GrammarOracleLM
 from interplab.models import wrap_hf_model
 from interplab.probes.pcfg import attention_offset_mass, local_to_global, lstar_slope, parse_probes, pcfg_kl
 from interplab.probes.pcfg.fit import fit_linear, fit_mlp, shuffle_within_token, split_sequences
-from interplab.train.grammar_eval import grammar_kl, kl_summary
+from interplab.train.grammar_eval import KLSummary, grammar_kl, kl_summary
 from interplab.zoo.recipes.pcfg import pcfg_tokenizer
 
 torch.set_num_threads(1)
@@ -22,6 +22,7 @@ def test_kl_of_grammar_with_itself_is_zero_and_excess_nll_matches_kl():
     tok = pcfg_tokenizer(g)
     df = grammar_kl(GrammarOracleLM(g, tok), g, 200, 0, tokenizer=tok, max_len=30, n_baseline=2000)
     s = kl_summary(df)
+    assert isinstance(s, KLSummary) and kl_summary(pd.DataFrame()) == {}   # a frame without a summary: as before
     assert abs(s["kl"]) < 1e-6 and abs(s["tv"]) < 1e-6 and abs(s["excess_nll"]) < 1e-6
     assert s["kl_bigram"] > 0 and s["kl_unigram"] >= s["kl_bigram"] - 0.02
     assert np.allclose(df["entropy"], df["nll_model"], atol=1e-5)

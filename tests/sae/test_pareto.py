@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from interplab.probes.stats import intervals
-from interplab.sae import evaluate_sae, evaluate_sae_packed
+from interplab.sae import PackedSAEEval, SAEEval, evaluate_sae, evaluate_sae_packed
 from interplab.experiments.sae_pareto import matched_l0, pareto_summary
 from interplab.sae.pareto import ParetoConfig
 
@@ -24,6 +24,7 @@ def test_packed_identity_and_constant_offset(llama, dialogues, identity_sae):
     """x_hat = x: MSE 0, CE_sae = CE_clean, KL 0 on packed blocks; x_hat = x + 0.3: MSE 0.09 exactly (every block
     token, inserted BOS included); the packed CE differs from the per-dialogue CE (blocks mix dialogues)."""
     r = evaluate_sae_packed(llama, identity_sae, dialogues, context_size=CTX, site=SITE, positions="both")
+    assert isinstance(r, PackedSAEEval)
     assert r["n_blocks"] >= 2 and r["context_size"] == CTX and r["n_sequences"] == r["n_blocks"]
     assert r["n_tokens"] == r["n_blocks"] * CTX
     assert r["mse"] < 1e-10 and r["explained_variance"] == pytest.approx(1.0, abs=1e-6)
@@ -31,13 +32,14 @@ def test_packed_identity_and_constant_offset(llama, dialogues, identity_sae):
     assert r["ce_sae_response"] == pytest.approx(r["ce_clean_response"], abs=1e-5)
     assert r["ce_loss_score"] == pytest.approx(1.0, abs=1e-4)
     fast = evaluate_sae(llama, identity_sae, dialogues, site=SITE)
+    assert type(fast) is SAEEval
     assert abs(fast["ce_clean"] - r["ce_clean"]) > 1e-3
 
     sae = copy.deepcopy(identity_sae)
     with torch.no_grad():
         sae.b_dec.add_(0.3)
     r2 = evaluate_sae_packed(llama, sae, dialogues, context_size=CTX, site=SITE, downstream=False)
-    assert r2["mse"] == pytest.approx(0.09, rel=1e-4) and "ce_sae" not in r2
+    assert r2["mse"] == pytest.approx(0.09, rel=1e-4) and "ce_sae" not in r2 and isinstance(r2, PackedSAEEval)
 
 
 def test_packed_response_ce_equals_direct_block_computation(llama, dialogues, identity_sae):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from interplab.core.errors import ConfigError, DataError, InputError
-from interplab.sae import assistant_token_mask, chat_ids, evaluate_sae
+from interplab.sae import SAEEval, assistant_token_mask, chat_ids, evaluate_sae
 from interplab.sae.evals import kl_per_row, next_token_ce
 
 SITE = "resid_post.1"
@@ -101,6 +101,7 @@ def test_all_reproduces_previous_numbers_and_both_adds_response(llama, dialogues
     for k, v in prev.items():
         assert default[k] == v and explicit[k] == v and both[k] == v, k   # bit-identical
     assert not any(k.endswith("_response") for k in default)
+    assert all(isinstance(r, SAEEval) for r in (default, explicit, both))
     resp = evaluate_sae(llama, lossy_sae, ds, site=SITE, micro_batch=3, positions=["response"])
     for k in prev:
         assert k not in resp

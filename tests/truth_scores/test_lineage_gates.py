@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from interplab.core.errors import ShapeError
-from interplab.interventions.head_gate import HeadGate, gate_summary, truth_gates
+from interplab.interventions.head_gate import GateSummary, HeadGate, gate_summary, truth_gates
 from interplab.probes.stats import rankdata
-from interplab.probes.truth.lineage import (RELEASED_PAIRS, correlation_matrix, lineage_correlation, lineage_table,
-                                            load_released_maps, per_layer_correlation, topk_jaccard)
+from interplab.probes.truth.lineage import (RELEASED_PAIRS, LineageCorrelation, correlation_matrix, lineage_correlation,
+                                            lineage_table, load_released_maps, per_layer_correlation, topk_jaccard)
 from tests.truth_scores._released import needs_released
 
 
@@ -69,6 +69,7 @@ def _rand_maps(seed=0, L=4, H=7):
 def test_correlation_identities():
     a, b = _rand_maps()
     s = lineage_correlation(a, a, n_permutations=99)
+    assert isinstance(s, LineageCorrelation) and "null" not in s
     assert s["pearson"] == pytest.approx(1.0) and s["spearman"] == pytest.approx(1.0)
     assert s["topk_jaccard"] == 1.0 and s["perm_p"] == pytest.approx(1 / 100)
     base = lineage_correlation(a, b, n_permutations=0)
@@ -154,6 +155,7 @@ def test_gate_formulas():
     with pytest.raises(Exception, match="mode"):
         truth_gates(s, "bogus", 1.0)
     summ = gate_summary(truth_gates(s, "contrast", 40.0))
+    assert isinstance(summ, GateSummary)
     assert summ["n_negative"] > 0 and summ["gate_min"] < 0
     with pytest.warns(UserWarning, match="negative"):
         g = HeadGate(truth_gates(s, "contrast", 40.0), site="attn_out_chunks")

@@ -8,7 +8,7 @@ import pytest
 
 import interplab
 from interplab.probes.truth import lineage_correlation, truth_scores
-from interplab.probes.truth.validation import planted_recovery, validate_truth_scores
+from interplab.probes.truth.validation import PlantedRecovery, planted_recovery, validate_truth_scores
 from interplab.zoo.validation import (PlantedTruthSpec, build_planted_truth_organism, load_planted_truth,
                                       perturb_checkpoint, planted_conflict_items, planted_truth_items)
 
@@ -45,6 +45,7 @@ def test_planted_recovery_metric():
     mask[0, 1] = mask[1, 2] = True
     s = np.array([[0.5, 0.9, 0.4], [0.6, 0.95, 0.3]])
     r = planted_recovery(s, mask)  # 0.9 beats 3 of the 4 others, 0.3 none: AUROC 3/8; 0.3 ranks last (6)
+    assert isinstance(r, PlantedRecovery)
     assert r["auroc"] == pytest.approx(3 / 8) and r["worst_planted_rank"] == 6 and r["all_in_top"] == 0
     s[1, 2] = 0.99
     assert planted_recovery(s, mask) == {"auroc": 7 / 8, "worst_planted_rank": 3.0, "all_in_top": 1.0}
@@ -83,10 +84,11 @@ def test_lineage_descendant_keeps_the_map_other_heads_do_not(maps):
 
 def test_conflict_prompts_follow_memory_until_the_planted_heads_are_gated(organisms):
     from interplab.interventions.head_gate import HeadGate
-    from interplab.probes.truth import context_following
+    from interplab.probes.truth import ContextFollowing, context_following
 
     m = organisms["models"]["base"]
     items = planted_conflict_items(64, seed=3)
+    assert isinstance(context_following(m, items[:4], max_new_tokens=1), ContextFollowing)
     assert context_following(m, items, max_new_tokens=1)["context_acc"] == pytest.approx(3 / 8)
     g = np.ones((4, 8))
     # tripling the planted copy (effective weight ~0.9 after the RMSNorms) beats every memory strength (max 1.8)

@@ -29,7 +29,7 @@ from interplab.probes.decodeshare.study import (
     study_patchback,
 )
 from interplab.probes.decodeshare.subspaces import (
-    alpha_matched_control, angle_summary, energy_pool, energy_ratio, haar_basis, k_matched_control,
+    AngleSummary, alpha_matched_control, angle_summary, energy_pool, energy_ratio, haar_basis, k_matched_control,
     principal_angles, projector, repair_vector, steering_overlap, subspace_overlap, variance_matched_control,
 )
 from interplab.probes.decodeshare.tasks import ALL_TASKS, SEQ_TASKS, TaskSet, multitask_sets, resolve_format
@@ -39,7 +39,7 @@ __all__ = [
     "SharedSubspaceConfig", "SharedSubspace", "shared_subspace", "NullResult", "null_permutation", "null_rotation",
     "loto_subspaces", "sensitivity_sweep", "PlantedFactors", "planted_factor_states", "match_state_counts",
     # subspaces
-    "projector", "principal_angles", "angle_summary", "subspace_overlap", "energy_ratio", "haar_basis",
+    "projector", "principal_angles", "angle_summary", "AngleSummary", "subspace_overlap", "energy_ratio", "haar_basis",
     "variance_matched_control", "energy_pool", "alpha_matched_control", "k_matched_control", "steering_overlap",
     "repair_vector",
     # model

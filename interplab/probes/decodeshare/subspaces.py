@@ -19,11 +19,12 @@ from typing import Literal
 import numpy as np
 
 from interplab.core.errors import ConfigError, InputError, ShapeError
+from interplab.core.record import Record
 from interplab.core.shapes import as_2d as _as2d, orthonormalize
 from interplab.probes.linalg import haar_basis, principal_angles  # one implementation, shared with the atlas
 
 __all__ = [
-    "orthonormalize", "check_basis", "projector", "project_out", "principal_angles", "angle_summary",
+    "orthonormalize", "check_basis", "projector", "project_out", "principal_angles", "angle_summary", "AngleSummary",
     "subspace_overlap", "energy_ratio", "mean_energy", "haar_basis", "variance_matched_control",
     "energy_pool", "alpha_matched_control", "k_matched_control", "cumulative_energy", "EnergyControl",
     "steering_overlap", "repair_vector",
@@ -59,14 +60,20 @@ def project_out(h, basis, alpha: float = 1.0) -> np.ndarray:
     return h - alpha * (h @ q) @ q.T
 
 
-def angle_summary(angles) -> dict:
-    """mean, p50 and p95 (and min/max) of an array of principal angles, as a plain dict."""
+class AngleSummary(Record):
+    """`angle_summary`: mean, p50, p95, min, max (degrees, NaN when empty), n (angles)."""
+
+    KEYS = ("mean", "p50", "p95", "min", "max", "n")
+
+
+def angle_summary(angles) -> AngleSummary:
+    """mean, p50 and p95 (and min/max) of an array of principal angles, as an `AngleSummary` (a dict)."""
     a = np.asarray(angles, dtype=np.float64)
     if a.size == 0:
-        return {"mean": float("nan"), "p50": float("nan"), "p95": float("nan"), "min": float("nan"),
-                "max": float("nan"), "n": 0}
-    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)),
-            "min": float(a.min()), "max": float(a.max()), "n": int(a.size)}
+        return AngleSummary(mean=float("nan"), p50=float("nan"), p95=float("nan"), min=float("nan"),
+                            max=float("nan"), n=0)
+    return AngleSummary(mean=float(a.mean()), p50=float(np.percentile(a, 50)), p95=float(np.percentile(a, 95)),
+                        min=float(a.min()), max=float(a.max()), n=int(a.size))
 
 
 def subspace_overlap(qa, qb) -> float:

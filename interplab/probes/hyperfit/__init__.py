@@ -3,8 +3,8 @@ base and its hyperfitted descendant (Terminal Expansion), the entropy-matched te
 with a logit lens, repetition / diversity metrics of generations, the paper's table and the Late-Stage LoRA k sweep."""
 from interplab.probes.hyperfit.controls import (ARMS, ControlsConfig, HyperfitControlsResult, hyperfit_controls,
                                                 summarize_controls)
-from interplab.probes.hyperfit.evaluation import (EvalConfig, HyperfitEvalResult, evaluate_settings,
-                                                  teacher_forced_summary)
+from interplab.probes.hyperfit.evaluation import (EvalConfig, HyperfitEvalResult, TeacherForcedSummary,
+                                                  evaluate_settings, teacher_forced_summary)
 from interplab.probes.hyperfit.geometry import (CovarianceAccumulator, GeometryReport, GeometryReportConfig,
                                                 LayerGeometryConfig, LayerGeometryResult, PairedStatsAccumulator,
                                                 compute_layer_geometry, covariance_spectrum, effective_rank,
@@ -38,6 +38,6 @@ __all__ = [
     "RankReorderingConfig", "RankReorderingResult", "rank_reordering",
     "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "is_loop", "loop_rate", "generation_metrics",
     "GenerationMetricsConfig", "metrics_table", "words",
-    "EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary", "KSweepConfig", "KSweepResult",
-    "k_sweep", "ARMS", "ControlsConfig", "HyperfitControlsResult", "hyperfit_controls", "summarize_controls",
+    "EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary", "TeacherForcedSummary",
+    "KSweepConfig", "KSweepResult", "k_sweep", "ARMS", "ControlsConfig", "HyperfitControlsResult", "hyperfit_controls", "summarize_controls",
 ]

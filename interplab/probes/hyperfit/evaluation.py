@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from interplab.core.errors import ConfigError, InputError
+from interplab.core.record import Record
 from interplab.core.result import Result
 from interplab.probes.hyperfit.repetition import generation_metrics
 from interplab.probes.stats import intervals, spearman
@@ -18,11 +19,18 @@ from interplab.probes.hyperfit.ranks import base_ranks_of, compare_teacher_force
 from interplab.probes.hyperfit.temperature import (TemperatureMatch, entropy, match_temperature,
                                                    per_position_matched_temperature)
 
-__all__ = ["EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary"]
+__all__ = ["EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary", "TeacherForcedSummary"]
+
+
+class TeacherForcedSummary(Record):
+    """`teacher_forced_summary`: entropy (mean, nats), top1_agreement (with the base) over teacher-forced
+    positions."""
+
+    KEYS = ("entropy", "top1_agreement")
 
 
 def teacher_forced_summary(base, texts, *, transform=None, target=None, batch_size: int = 16,
-                           max_tokens: int | None = None) -> dict[str, float]:
+                           max_tokens: int | None = None) -> TeacherForcedSummary:
     """Mean entropy and top-1 agreement with the base over teacher-forced positions of `texts`, for the base's
     logits passed through `transform(z)` (e.g. z / T, z + alpha * delta) or for a `target` model."""
     h, agree, n = 0.0, 0.0, 0
@@ -33,7 +41,7 @@ def teacher_forced_summary(base, texts, *, transform=None, target=None, batch_si
         n += zb.shape[0]
     if n == 0:
         raise InputError("no teacher-forced positions")
-    return {"entropy": h / n, "top1_agreement": agree / n}
+    return TeacherForcedSummary(entropy=h / n, top1_agreement=agree / n)
 
 
 @dataclass

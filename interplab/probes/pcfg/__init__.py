@@ -6,12 +6,13 @@ from interplab.probes.pcfg.attention import AttentionOffsets, attention_offset_m
 from interplab.probes.pcfg.capture import model_next_logprobs
 from interplab.probes.pcfg.construction import ConstructionMirror, construction_mirror
 from interplab.probes.pcfg.depth_seeds import DepthSeedSweep, DepthSeedSweepConfig, depth_seed_sweep
-from interplab.probes.pcfg.kl import describe_kl_summary, kl_summary, pcfg_kl, position_kl
-from interplab.probes.pcfg.parse import local_to_global, lstar_slope, lstar_slope_by_split, parse_probes
+from interplab.probes.pcfg.kl import KLSummary, describe_kl_summary, kl_summary, pcfg_kl, position_kl
+from interplab.probes.pcfg.parse import (LstarSlope, LstarSplitSlopes, local_to_global, lstar_slope,
+                                         lstar_slope_by_split, parse_probes)
 from interplab.probes.pcfg.studies import DepthSweep, ProbeStudy, depth_sweep, probe_study
 from interplab.probes.pcfg.targets import PROBE_TARGETS
 
 __all__ = ["pcfg_kl", "kl_summary", "position_kl", "describe_kl_summary", "model_next_logprobs", "parse_probes", "local_to_global", "lstar_slope",
-           "lstar_slope_by_split",
+           "lstar_slope_by_split", "LstarSlope", "LstarSplitSlopes", "KLSummary",
            "PROBE_TARGETS", "attention_offset_mass", "AttentionOffsets", "construction_mirror", "ConstructionMirror", "depth_sweep",
            "DepthSweep", "probe_study", "ProbeStudy", "DepthSeedSweepConfig", "DepthSeedSweep", "depth_seed_sweep"]

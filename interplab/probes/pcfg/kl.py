@@ -8,9 +8,9 @@ import pandas as pd
 from interplab.grammar import PCFG
 from interplab.models.lab_model import LabModel
 from interplab.probes.pcfg.capture import forward, require_lab_model
-from interplab.train.grammar_eval import grammar_kl, kl_summary
+from interplab.train.grammar_eval import KLSummary, grammar_kl, kl_summary
 
-__all__ = ["pcfg_kl", "kl_summary", "position_kl", "describe_kl_summary"]
+__all__ = ["pcfg_kl", "kl_summary", "KLSummary", "position_kl", "describe_kl_summary"]
 
 
 def pcfg_kl(model: LabModel, g: PCFG, n_sequences: int = 512, seed: int = 0, *, max_len: int | None = None,

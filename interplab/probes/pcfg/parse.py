@@ -11,15 +11,16 @@ import pandas as pd
 import torch
 
 from interplab.core.errors import InputError
+from interplab.core.record import Record
 from interplab.grammar import PCFG, sample_eval_set
 from interplab.models.lab_model import LabModel
-from interplab.probes.stats import intervals, slope_interval
+from interplab.probes.stats import Interval, SlopeInterval, intervals, slope_interval
 from interplab.probes.pcfg.capture import collect, random_init_like, require_lab_model
 from interplab.probes.pcfg.fit import features, fit_linear, fit_mlp, shuffle_within_token, split_sequences
 from interplab.probes.pcfg.targets import PROBE_TARGETS, ProbeData, bucket_label, build_targets
 from interplab.train.grammar_eval import max_len_for
 
-__all__ = ["parse_probes", "local_to_global", "lstar_slope", "lstar_slope_by_split"]
+__all__ = ["parse_probes", "local_to_global", "lstar_slope", "lstar_slope_by_split", "LstarSlope", "LstarSplitSlopes"]
 
 DEFAULT_TARGETS = ("span_posterior", "inside", "gold_label", "pending", "next_token")
 
@@ -161,16 +162,31 @@ def local_to_global(df: pd.DataFrame, frac: float = 0.9) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def lstar_slope(lstar: pd.DataFrame, target: str, *, level: float = 0.95) -> dict:
+class LstarSlope(Record):
+    """`lstar_slope`: the `SlopeInterval` keys (slope, intercept, lo, hi, half, se, dof, n: n the buckets used), then
+    ci95 (= half) and interval (the interval's name, e.g. "t(2)")."""
+
+    KEYS = SlopeInterval.KEYS + ("ci95", "interval")
+
+
+class LstarSplitSlopes(Record):
+    """`lstar_slope_by_split`: slopes (one per probe split), then the `Interval` keys of their mean (mean, lo, hi, n,
+    method, level)."""
+
+    KEYS = ("slopes",) + Interval.KEYS
+
+
+def lstar_slope(lstar: pd.DataFrame, target: str, *, level: float = 0.95) -> LstarSlope:
     """Least-squares slope of l*(ℓ) against log2 ℓ for one target with a Student-t interval on n − 2 residual dof
     (`stats.slope_interval`; 4 buckets leave 2 dof, so the 95% half-width is 4.30·SE, not 1.96·SE). ``ci95`` is
     that half-width; ``lo``/``hi`` the bounds."""
     d = lstar[(lstar["target"] == target) & lstar["log2_len"].notna()]
     fit = slope_interval(d["log2_len"].to_numpy(float), d["l_star"].to_numpy(float), level=level)
-    return {**fit, "ci95": fit["half"], "interval": f"t({fit['dof']})", "n": len(d)}
+    return LstarSlope({**fit, "ci95": fit["half"], "interval": f"t({fit['dof']})", "n": len(d)})
 
 
-def lstar_slope_by_split(probes: pd.DataFrame, target: str, *, frac: float = 0.9, level: float = 0.95) -> dict:
+def lstar_slope_by_split(probes: pd.DataFrame, target: str, *, frac: float = 0.9, level: float = 0.95
+                         ) -> LstarSplitSlopes:
     """The secondary view: l*(ℓ) and its slope recomputed from each probe split's scores (columns
     ``score_split<s>`` of `parse_probes`), and a t interval of the mean over the split slopes (`stats.intervals`).
     The splits share one trained model and one sample, so this measures probe-fitting variability only, not
@@ -183,4 +199,4 @@ def lstar_slope_by_split(probes: pd.DataFrame, target: str, *, frac: float = 0.9
             continue
         ls = local_to_global(d.drop(columns="score").rename(columns={c: "score"}), frac)
         slopes.append(lstar_slope(ls, target)["slope"])
-    return {"slopes": slopes, **intervals(slopes, method="t", level=level)}
+    return LstarSplitSlopes({"slopes": slopes, **intervals(slopes, method="t", level=level)})

@@ -12,12 +12,13 @@ weight preservation, evidence attention and the gating sweep. Spec: docs/truth_s
 """
 from interplab.probes.truth.analysis import (binomial_ci, evidence_summary, gating_sweep, head_ablation_effects,
                                              verification_accuracy)
-from interplab.probes.truth.data import (context_following, ctxmem_counterfactual_set, ctxmem_truth_set,
-                                         user_truth_set)
+from interplab.probes.truth.data import (ContextFollowing, context_following, ctxmem_counterfactual_set,
+                                         ctxmem_truth_set, user_truth_set)
 from interplab.probes.truth.directions import TruthProbeDirections, truth_probe_directions
-from interplab.probes.truth.lineage import (RELEASED_PAIRS, STATISTICS, correlation_matrix, lineage_correlation,
-                                            lineage_table, load_released_maps, per_layer_correlation, released_dir,
-                                            topk_jaccard, within_layer_permutations)
+from interplab.probes.truth.lineage import (RELEASED_PAIRS, STATISTICS, LineageCorrelation, correlation_matrix,
+                                            lineage_correlation, lineage_table, load_released_maps,
+                                            per_layer_correlation, released_dir, topk_jaccard,
+                                            within_layer_permutations)
 from interplab.probes.truth.probe_core import ProbeFit, fit_head_probes, kfold_splits, stratified_splits
 from interplab.probes.truth.scores import (TruthScores, TruthScoresConfig, capture_head_outputs, evidence_attention,
                                            truth_scores, truth_scores_from_activations)
@@ -30,10 +31,11 @@ __all__ = [
     "TruthScores", "TruthScoresConfig", "truth_scores", "truth_scores_from_activations", "capture_head_outputs",
     "evidence_attention", "TruthProbeDirections", "truth_probe_directions",
     "ProbeFit", "fit_head_probes", "kfold_splits", "stratified_splits",
-    "RELEASED_PAIRS", "STATISTICS", "lineage_correlation", "per_layer_correlation", "correlation_matrix",
+    "RELEASED_PAIRS", "STATISTICS", "lineage_correlation", "LineageCorrelation", "per_layer_correlation",
+    "correlation_matrix",
     "lineage_table", "topk_jaccard", "within_layer_permutations", "load_released_maps", "released_dir",
     "WP_COLUMNS", "weight_preservation", "preservation_vs_score_change",
-    "ctxmem_truth_set", "ctxmem_counterfactual_set", "context_following", "user_truth_set",
+    "ctxmem_truth_set", "ctxmem_counterfactual_set", "context_following", "ContextFollowing", "user_truth_set",
     "evidence_summary", "binomial_ci", "gating_sweep", "verification_accuracy", "head_ablation_effects",
     "ProbeRecipe", "SHIPPED_GATES", "ReleasedLineage", "released_lineage", "OrganismScores", "score_organism",
     "LineageStudy", "lineage_study", "GatingSweep", "gating_study",

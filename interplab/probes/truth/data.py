@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from interplab.core.errors import DataError, InputError
+from interplab.core.record import Record
 
 FORMATS = ("raw", "chat")
 
@@ -100,8 +101,15 @@ def ctxmem_counterfactual_set(n: int = 256, seed: int = 1, fmt: str = "raw", spl
     return out
 
 
+class ContextFollowing(Record):
+    """`context_following`: context_acc, memory_rate, other_rate, n; answers (the decoded replies) when asked."""
+
+    KEYS = ("context_acc", "memory_rate", "other_rate", "n")
+    OPTIONAL = ("answers",)
+
+
 def context_following(model, items: list[dict], edits=None, *, batch_size: int = 64, max_new_tokens: int = 2,
-                      return_answers: bool = False) -> dict:
+                      return_answers: bool = False) -> ContextFollowing:
     """Greedy-generate each counterfactual prompt's answer and score the generated text
     (`interplab.data.scoring.starts_with_answer`: the reply is the value or begins with it as whole words; a token
     string such as "ĠParis" is never compared). Give `max_new_tokens` enough for the longest value on a real model.
@@ -119,8 +127,8 @@ def context_following(model, items: list[dict], edits=None, *, batch_size: int =
         answers.extend(model.tokenizer.decode(toks, skip_special_tokens=True).strip() for toks in gen.new_tokens)
     ctx = np.array([starts_with_answer(a, it["context_value"]) for a, it in zip(answers, items)])
     mem = np.array([starts_with_answer(a, it["memory_value"]) for a, it in zip(answers, items)])
-    out = {"context_acc": float(ctx.mean()), "memory_rate": float(mem.mean()),
-           "other_rate": float(1 - ctx.mean() - mem.mean()), "n": len(items)}
+    out = ContextFollowing(context_acc=float(ctx.mean()), memory_rate=float(mem.mean()),
+                           other_rate=float(1 - ctx.mean() - mem.mean()), n=len(items))
     if return_answers:
         out["answers"] = answers
     return out

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from interplab.core.errors import ConfigError, DataError, ShapeError
+from interplab.core.record import Record
 from interplab.probes import stats
 
 SHARED_DATA_ENV = "INTERPLAB_SHARED_DATA"
@@ -63,13 +64,22 @@ def _row_mean(X: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return np.divide(tot, cnt, out=np.full(tot.shape, np.nan), where=cnt > 0)
 
 
+class LineageCorrelation(Record):
+    """`lineage_correlation`: pearson, spearman, pearson_centered, topk_jaccard, perm_p, null_mean, null_q95, n, k,
+    pearson_display; null (the permutation null) with return_null."""
+
+    KEYS = ("pearson", "spearman", "pearson_centered", "topk_jaccard", "perm_p", "null_mean", "null_q95", "n", "k",
+            "pearson_display")
+    OPTIONAL = ("null",)
+
+
 def lineage_correlation(a, b, *, top_k_frac: float = 0.05, n_permutations: int = 1000, seed: int = 0,
-                        clip_negative: bool = False, return_null: bool = False) -> dict:
+                        clip_negative: bool = False, return_null: bool = False) -> LineageCorrelation:
     """Similarity of two Truth-Score maps of the same architecture.
 
     a, b: TruthScores or [n_layers, n_heads] arrays of identical shape (ShapeError otherwise). Positions that are NaN
     in either map are dropped (the repo's mask).
-    Returns a dict with
+    Returns a `LineageCorrelation` (a dict) with
       pearson: Pearson r of the flattened maps (the repo's metric);
       spearman: Spearman rank correlation;
       pearson_centered: Pearson r after subtracting each layer's mean from both maps;
@@ -99,9 +109,9 @@ def lineage_correlation(a, b, *, top_k_frac: float = 0.05, n_permutations: int =
     centered = float(stats.pearson(Ac[ok], Bc[ok]))
     jac = topk_jaccard(np.where(ok, A, np.nan), np.where(ok, Bm, np.nan), top_k_frac)
     k = max(1, int(round(top_k_frac * av.size)))
-    out = {"pearson": pearson, "spearman": spearman, "pearson_centered": centered, "topk_jaccard": jac,
-           "perm_p": float("nan"), "null_mean": float("nan"), "null_q95": float("nan"), "n": int(av.size), "k": k,
-           "pearson_display": max(pearson, 0.0) if clip_negative else pearson}
+    out = LineageCorrelation(pearson=pearson, spearman=spearman, pearson_centered=centered, topk_jaccard=jac,
+                             perm_p=float("nan"), null_mean=float("nan"), null_q95=float("nan"), n=int(av.size), k=k,
+                             pearson_display=max(pearson, 0.0) if clip_negative else pearson)
     if n_permutations > 0:
         perm = within_layer_permutations(L, H, n_permutations, seed)
         Bp = np.take_along_axis(np.broadcast_to(Bm, (n_permutations, L, H)), perm, axis=-1)

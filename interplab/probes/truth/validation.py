@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from interplab.core.errors import ConfigError
+from interplab.core.record import Record
 from interplab.core.result import Result
 from interplab.probes import stats
 from interplab.probes.truth.scores import TruthScores
@@ -40,7 +41,14 @@ TARGETS = (
 )
 
 
-def planted_recovery(scores, planted_mask) -> dict:
+class PlantedRecovery(Record):
+    """`planted_recovery`: auroc (planted vs other heads), worst_planted_rank (1 = best), all_in_top (1.0 when every
+    planted head is in the top |planted| + 2, else 0.0)."""
+
+    KEYS = ("auroc", "worst_planted_rank", "all_in_top")
+
+
+def planted_recovery(scores, planted_mask) -> PlantedRecovery:
     """How well a score map singles out the planted heads: AUROC planted vs rest (ties count one half), the
     worst (largest) rank of a planted head (1 = best), and whether all planted heads are in the top |planted| + 2."""
     s = np.asarray(getattr(scores, "scores", scores), dtype=float).ravel()
@@ -52,7 +60,7 @@ def planted_recovery(scores, planted_mask) -> dict:
     auroc = (r[m].sum() - n_p * (n_p + 1) / 2) / (n_p * n_r)
     desc_rank = stats.rankdata(-s)
     worst = float(desc_rank[m].max())
-    return {"auroc": float(auroc), "worst_planted_rank": worst, "all_in_top": float(worst <= n_p + 2)}
+    return PlantedRecovery(auroc=float(auroc), worst_planted_rank=worst, all_in_top=float(worst <= n_p + 2))
 
 
 def gating_null(model, items, scores, *, alphas: Sequence[float], n_maps: int = 200, seed: int = 0,
@@ -73,8 +81,15 @@ def gating_null(model, items, scores, *, alphas: Sequence[float], n_maps: int = 
     return null
 
 
+class GatingCheck(Record):
+    """`gating_check`: alpha_star, ctx_baseline (ungated), ctx_gated (at alpha_star), gating_frac_below (share of
+    the null below ctx_gated), gating_p, null ([n_maps] array), tune_curve (context-following per alpha)."""
+
+    KEYS = ("alpha_star", "ctx_baseline", "ctx_gated", "gating_frac_below", "gating_p", "null", "tune_curve")
+
+
 def gating_check(model, scores, tune_items, eval_items, *, alphas: Sequence[float], n_maps: int = 200,
-                 seed: int = 0, mode: str = "normalize", site: str = "z") -> dict:
+                 seed: int = 0, mode: str = "normalize", site: str = "z") -> GatingCheck:
     """alpha* = argmax context-following on `tune_items` (ties: the smallest alpha); the evaluation split's
     context-following at alpha* against `gating_null` on the same split."""
     from interplab.interventions.head_gate import HeadGate, truth_gates
@@ -88,9 +103,9 @@ def gating_check(model, scores, tune_items, eval_items, *, alphas: Sequence[floa
     a_star = float(alphas[int(np.argmax(tune))])
     obs, base = acc(eval_items, a_star), acc(eval_items, 0.0)
     null = gating_null(model, eval_items, scores, alphas=alphas, n_maps=n_maps, seed=seed, mode=mode, site=site)
-    return {"alpha_star": a_star, "ctx_baseline": base, "ctx_gated": obs,
-            "gating_frac_below": float(np.mean(null < obs)), "gating_p": stats.permutation_p(obs, null),
-            "null": null, "tune_curve": tune}
+    return GatingCheck(alpha_star=a_star, ctx_baseline=base, ctx_gated=obs,
+                       gating_frac_below=float(np.mean(null < obs)), gating_p=stats.permutation_p(obs, null),
+                       null=null, tune_curve=tune)
 
 
 @dataclass

@@ -208,8 +208,11 @@ def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved 
         runs = list_runs(experiment)
     except (OSError, InterplabError):  # no runs folder yet
         runs = []
-    own = list(runs["path"])[::-1] if len(runs) else []
+    # an experiment with several modes saves different results (truth-scores: `truth_scores` on CtxMem, `facts_map`
+    # on world facts): offer the runs that hold this one
+    own = [p for p in (list(runs["path"])[::-1] if len(runs) else []) if (Path(p) / result).exists()]
     shipped = [str(p) for p in shipped_runs(experiment)][::-1]
+    shipped = [p for p in shipped if (Path(p) / result).exists()]
     if not own and not shipped:
         st.caption(f"No saved runs: `interplab run {experiment}`{hint}.")
         return None

@@ -34,9 +34,12 @@ from interplab.data.scoring import normalise_words
 
 __all__ = ["COLUMNS", "FACTS_FILE", "INSTRUCTION", "RELATIONS", "load_facts", "question_for", "fact_sentence",
            "counterfactual_items", "verification_rows", "generation_prompt", "closed_book_prompt", "first_named",
-           "known_facts"]
+           "known_facts", "KNOWN_DIR", "shipped_known", "load_known"]
 
 FACTS_FILE = "resources/facts/world_facts.csv"
+# per-model closed-book filters written by scripts/known_facts.py (the model's replies decide only which facts are
+# kept, never a gold answer); one CSV per real-model name, `known_facts`' columns
+KNOWN_DIR = "resources/facts/known"
 COLUMNS = ("relation", "subject", "object")
 INSTRUCTION = "Answer with the answer only."
 # relation -> (question template, context sentence template); {s} subject, {o} object
@@ -103,14 +106,21 @@ def _object_pools(facts: pd.DataFrame) -> dict[str, list[str]]:
     return {rel: list(p.values()) for rel, p in pools.items()}
 
 
-def counterfactual_items(facts: pd.DataFrame, seed: int = 0) -> list[dict]:
+def counterfactual_items(facts: pd.DataFrame, seed: int = 0, *, distractor: bool = False) -> list[dict]:
     """One item per fact: {"index", "relation", "subject", "question", "memory_value", "context_value",
     "context"}. context_value: another object of the same relation (never the true one, case-folded); context:
     its sentence plus one or two true sentences about other subjects of other relations, in a seeded order.
-    Distractors never mention either value, so the value's presence in the context does not give the label."""
+    Those never mention either value.
+
+    distractor=True adds one more true sentence of the *same* relation about another subject, whose object is
+    neither value ("distractor_value", "distractor_subject"): an answer that is in the context but is not the
+    context's answer to the question. Without it, "the answer appears in the context" alone gives the verification
+    label. The other sentences and their order are those of distractor=False (the distractor is drawn from its own
+    seeded stream and inserted at a seeded place)."""
     if len(facts) == 0:
         raise InputError("no facts given")
     rng = np.random.default_rng(seed)
+    drng = np.random.default_rng([seed, 1])   # its own stream: the items of distractor=False stay unchanged
     pools = _object_pools(facts)
     recs = facts.to_dict("records")
     items = []
@@ -135,17 +145,37 @@ def counterfactual_items(facts: pd.DataFrame, seed: int = 0) -> list[dict]:
         sentences = [fact_sentence(rel, subj, cf)] + [fact_sentence(recs[j]["relation"], recs[j]["subject"],
                                                                     recs[j]["object"]) for j in picked]
         order = rng.permutation(len(sentences))
-        items.append({"index": i, "relation": rel, "subject": subj, "question": question_for(rel, subj),
-                      "memory_value": true, "context_value": cf,
-                      "context": " ".join(sentences[int(o)] for o in order)})
+        ordered = [sentences[int(o)] for o in order]
+        item = {"index": i, "relation": rel, "subject": subj, "question": question_for(rel, subj),
+                "memory_value": true, "context_value": cf}
+        if distractor:
+            d = _same_relation_distractor(recs, i, banned, drng)
+            ordered.insert(int(drng.integers(len(ordered) + 1)), fact_sentence(rel, d["subject"], d["object"]))
+            item.update(distractor_value=d["object"], distractor_subject=d["subject"])
+        items.append({**item, "context": " ".join(ordered)})
     return items
+
+
+def _same_relation_distractor(recs: list[dict], i: int, banned: set, rng) -> dict:
+    """A true fact of record i's relation about another subject whose object is neither banned value."""
+    r = recs[i]
+    subj = normalise_words(r["subject"])
+    pool = [d for d in recs if d["relation"] == r["relation"] and normalise_words(d["subject"]) != subj
+            and normalise_words(d["object"]) not in banned and subj not in normalise_words(d["subject"])
+            and normalise_words(d["subject"]) not in subj]   # "Guinea" / "Equatorial Guinea" would read as an echo
+    if not pool:
+        raise DataError(f"no same-relation distractor for {r['relation']!r} / {r['subject']!r}: the relation needs "
+                        "three distinct objects")
+    return pool[int(rng.integers(len(pool)))]
 
 
 def verification_rows(items: Sequence[Mapping], seed: int = 0) -> list[dict]:
     """Two HaluEval-format rows per item: answer = context_value (label 1, candidate_kind "context") and answer =
     memory_value (label 0, "memory"). Items come in a seeded order with the pair adjacent and a seeded coin for
     which comes first, so any prefix is balanced and mixes relations. index = the item's index (shared by the
-    pair: split folds by index to keep a pair together)."""
+    pair: split folds by index to keep a pair together). An item with a "distractor_value"
+    (`counterfactual_items(distractor=True)`) gives a third row, answer = distractor_value (label 0, "distractor"),
+    and its three rows come in a seeded order."""
     rng = np.random.default_rng(seed)
     rows = []
     for k in rng.permutation(len(items)):
@@ -153,6 +183,8 @@ def verification_rows(items: Sequence[Mapping], seed: int = 0) -> list[dict]:
         pair = [(it["context_value"], 1, "context"), (it["memory_value"], 0, "memory")]
         if rng.integers(2):
             pair.reverse()
+        if "distractor_value" in it:
+            pair.insert(int(rng.integers(3)), (it["distractor_value"], 0, "distractor"))
         rows.extend({"knowledge": it["context"], "question": it["question"], "answer": a, "label": y,
                      "index": it.get("index", int(k)), "relation": it["relation"], "candidate_kind": kind}
                     for a, y, kind in pair)
@@ -230,3 +262,32 @@ def known_facts(model, facts: pd.DataFrame, *, max_new_tokens: int = 8, batch_si
     out["known"] = [n is not None and normalise_words(n) == normalise_words(r["object"])
                     for n, r in zip(out["named"], recs)]
     return out
+
+
+def shipped_known() -> list[str]:
+    """Model names (without `real:`) that have a shipped closed-book filter."""
+    root = resources.files("interplab.data").joinpath(KNOWN_DIR)
+    return sorted(p.name[:-4] for p in root.iterdir() if p.name.endswith(".csv"))
+
+
+def load_known(model: str, facts: pd.DataFrame | None = None) -> pd.Series:
+    """Boolean Series aligned with `facts` (default: the shipped facts): which facts `model` answers right
+    closed-book, from its shipped filter (`shipped_known()`; made by `scripts/known_facts.py`). model: a real-model
+    name with or without `real:`. For another model compute it with `known_facts(model, facts)`."""
+    facts = load_facts() if facts is None else facts
+    key = str(model).removeprefix("real:")
+    if key not in shipped_known():
+        raise ConfigError(f"no shipped closed-book filter for {model!r} (shipped: {shipped_known()}); compute one "
+                          "with interplab.data.world_facts.known_facts(model, facts) or "
+                          "`python scripts/known_facts.py`, or (experiments) set known=compute / known=all / "
+                          "known=<a shipped model>")
+    src = resources.files("interplab.data").joinpath(f"{KNOWN_DIR}/{key}.csv")
+    with src.open("r", encoding="utf-8") as f:
+        known = pd.read_csv(f, dtype=str, keep_default_na=False)
+    flag = {(r, s): k == "True" for r, s, k in zip(known["relation"], known["subject"], known["known"])}
+    missing = [(r, s) for r, s in zip(facts["relation"], facts["subject"]) if (r, s) not in flag]
+    if missing:
+        raise DataError(f"the shipped filter for {key} has no row for {len(missing)} fact(s), e.g. {missing[:3]}; "
+                        "re-run scripts/known_facts.py after changing the facts")
+    return pd.Series([flag[(r, s)] for r, s in zip(facts["relation"], facts["subject"])], index=facts.index,
+                     name="known")

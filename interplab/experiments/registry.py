@@ -362,6 +362,16 @@ def _check_threads(n: Any) -> int:
     return n
 
 
+def model_defaults(name: str, overrides: Mapping[str, Any]) -> dict[str, str]:
+    """The settings experiment `name` takes by default for the model the overrides name (its method's
+    `MethodSpec.model_defaults`, e.g. the world-facts data for `model=real:smollm2-135m-instruct`); the user's own
+    overrides always win."""
+    from interplab.methods import method_of_experiment
+
+    spec = method_of_experiment(name)
+    return spec.defaults_for(name, overrides) if spec is not None else {}
+
+
 def run_experiment(name: str, overrides: Mapping[str, Any] | None = None, root=None, *, run_name: str | None = None,
                    progress: Callable[[str], None] | None = None) -> Path:
     """Build the config, run experiment `name` in a fresh run directory and return the finished run's path.
@@ -369,13 +379,16 @@ def run_experiment(name: str, overrides: Mapping[str, Any] | None = None, root=N
     Every experiment takes a `threads` setting (torch CPU threads): the config's own field where it has one, else
     a runner-level `--set threads=N`; the default is 1, because a second thread per process oversubscribes a loaded
     2-core machine (issue 25 section 4).
-    The count is restored afterwards and recorded in the run's manifest under `runner`."""
+    The count is restored afterwards and recorded in the run's manifest under `runner`, with the model-family
+    defaults that were applied (`model_defaults`)."""
     import torch
 
     from interplab.results.runs import new_run
 
     exp = get_experiment(name)
     overrides = dict(overrides or {})
+    family = model_defaults(name, overrides)
+    overrides = {**family, **overrides}
     if THREADS in {f.name for f in dataclasses.fields(exp.config)}:
         cfg = build_config(exp.config, overrides)
         threads = _check_threads(getattr(cfg, THREADS))
@@ -385,7 +398,8 @@ def run_experiment(name: str, overrides: Mapping[str, Any] | None = None, root=N
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with new_run(name, cfg, root=root, name=run_name, runner={THREADS: threads}) as run:
+        runner = {THREADS: threads, **({"model_defaults": family} if family else {})}
+        with new_run(name, cfg, root=root, name=run_name, runner=runner) as run:
             if progress:
                 progress(f"running {name} into {run.path}")
             exp.fn(cfg, run)

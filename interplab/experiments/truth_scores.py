@@ -76,10 +76,77 @@ class TruthScoresExpConfig(ProbeRecipe):
     top_k_frac: float = field(default=0.25, metadata={"help": "head fraction for the top/bottom/random EM groups"})
     ablation: bool = field(default=True, metadata={"help": "zero-ablate each head's z and measure the Mode-V "
                                                            "accuracy drop (one forward set per head)"})
-    data: str = field(default="", metadata={"help": "your own data instead of CtxMem: a CSV/JSONL with text,label "
-                                                    "columns, or a HaluEval-QA file (first n_samples rows); "
-                                                    "docs/data.md"})
+    data: str = field(default="", metadata={"help": "'world-facts' (counterfactual world facts, the real-model set), "
+                                                    "or your own data instead of CtxMem: a CSV/JSONL with "
+                                                    "text,label columns, or a HaluEval-QA file (first n_samples "
+                                                    "rows); docs/data.md"})
+    known: str = field(default="shipped", metadata={"help": "world-facts only: which facts to keep: 'shipped' (the "
+                                                            "model's shipped closed-book filter), another model's "
+                                                            "shipped filter by name (e.g. smollm2-135m-instruct), "
+                                                            "'compute' (answer them closed-book now), 'all'"})
+    n_facts: int = field(default=0, metadata={"help": "world-facts only: at most this many facts (0 = all kept)"})
+    distractors: bool = field(default=True, metadata={"help": "world-facts only: add an in-context same-relation "
+                                                              "distractor answer (label 0) to each fact; false: "
+                                                              "context vs memory pairs only"})
+    n_null: int = field(default=200, metadata={"help": "world-facts only: label-permutation null maps"})
+    alpha: float = field(default=0.05, metadata={"help": "world-facts only: significance level (maxT and BH)"})
     figure_formats: list[str] = _formats()
+
+
+WORLD_FACTS = "world-facts"
+KNOWN_MODES = ("shipped", "compute", "all")
+
+
+def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
+    """The map on counterfactual world facts with its label-permutation null (issue 27 §1; spec truth_scores.md
+    §9)."""
+    from interplab.probes.truth.facts_map import fact_probe_rows, facts_truth_map
+    from interplab.probes.truth.scores import TruthScoresConfig
+
+    model = _load(cfg.model, cfg.backend)
+    items = _known_items(cfg, model)
+    if cfg.n_facts:
+        items = items[:cfg.n_facts]
+    recipe = TruthScoresConfig(**{k: getattr(cfg, k) for k in ("folds", "epochs", "lr", "weight_decay", "seed",
+                                                                 "solver", "C")})
+    res = facts_truth_map(model, fact_probe_rows(model, items, seed=cfg.data_seed), config=recipe,
+                          n_null=cfg.n_null, alpha=cfg.alpha)
+    run.save_result("facts_map", res)
+    run.save_json("summary", {"model": cfg.model, "data": WORLD_FACTS, "known": cfg.known,
+                              "distractors": cfg.distractors, **res.summary()})
+    run.save_table("scores", res.to_frame())
+    run.save_table("per_layer", res.per_layer())
+    fmts = cfg.figure_formats
+    save_figure(run, "heatmap", F.score_heatmap(res.scores), fmts)
+    save_figure(run, "significant_per_layer", F.significant_heads_per_layer(res.per_layer()), fmts)
+    top = res.top_head()
+    save_figure(run, "null_max", F.null_histogram(res.null_maps.reshape(res.n_null, -1).max(1), top["S"],
+                                                  top["p_maxt"], statistic="max S over heads",
+                                                  title="Label-permutation null: each null map's best head"), fmts)
+    rho = res.rho_evidence()
+    save_figure(run, "evidence_scatter", F.evidence_scatter(res.scores, res.evidence_mass, rho=rho), fmts)
+
+
+def _known_items(cfg, model) -> list[dict]:
+    """The counterfactual items of the facts `cfg.known` keeps for `model` (see TruthScoresExpConfig.known)."""
+    from interplab.core.errors import ConfigError
+    from interplab.data.world_facts import (counterfactual_items, known_facts, load_facts, load_known,
+                                            shipped_known)
+
+    if cfg.known not in KNOWN_MODES and cfg.known not in shipped_known():
+        raise ConfigError(f"known must be one of {KNOWN_MODES} or a shipped filter {shipped_known()}, got "
+                          f"{cfg.known!r}")
+    facts = load_facts()
+    if cfg.known not in KNOWN_MODES:
+        keep = load_known(cfg.known, facts).to_numpy()
+    elif cfg.known == "shipped":
+        keep = load_known(getattr(cfg, "model", "") or getattr(cfg, "target", ""), facts).to_numpy()
+    elif cfg.known == "compute":
+        keep = known_facts(model, facts, max_new_tokens=16)["known"].to_numpy()
+    else:
+        keep = [True] * len(facts)
+    items = counterfactual_items(facts, seed=cfg.data_seed, distractor=getattr(cfg, "distractors", True))
+    return [it for it, k in zip(items, keep) if k]
 
 
 def _user_data_scores(cfg: TruthScoresExpConfig, run) -> None:
@@ -102,6 +169,9 @@ def _user_data_scores(cfg: TruthScoresExpConfig, run) -> None:
 def truth_scores_experiment(cfg: TruthScoresExpConfig, run) -> None:
     from interplab.probes.truth.studies import score_organism
 
+    if cfg.data == WORLD_FACTS:
+        _facts_scores(cfg, run)
+        return
     if cfg.data:
         _user_data_scores(cfg, run)
         return
@@ -192,6 +262,14 @@ class GatingSweepConfig(ProbeRecipe):
     rebase: str = field(default="none", metadata={"help": "'layer_mean' keeps every layer's mean gate at 1 so a "
                                                           "strength means the same at any depth (deep/real models); "
                                                           "'none' is the paper's gates"})
+    data: str = field(default="", metadata={"help": "'' (CtxMem, the organisms' language) or 'world-facts' (the "
+                                                    "real-model protocol: probe / tune / eval splits of known facts, "
+                                                    "docs/truth_scores.md 'On a real model')"})
+    known: str = field(default="shipped", metadata={"help": "world-facts only: as in truth-scores"})
+    distractors: bool = field(default=True, metadata={"help": "world-facts only: a same-relation distractor "
+                                                              "sentence in every context (as in truth-scores)"})
+    n_maps: int = field(default=200, metadata={"help": "world-facts only: within-layer shuffled maps of the null"})
+    max_new_tokens: int = field(default=12, metadata={"help": "world-facts only: generated answer length"})
     figure_formats: list[str] = _formats()
 
     def validate(self) -> None:
@@ -210,6 +288,9 @@ def gating_sweep_experiment(cfg: GatingSweepConfig, run) -> None:
     from interplab.probes.truth.studies import gating_study
 
     cfg.validate()
+    if cfg.data == WORLD_FACTS:
+        _facts_gating(cfg, run)
+        return
     target = _load(cfg.target, cfg.backend)
     source = None if cfg.score_source in ("self", cfg.target) else _load(cfg.score_source, cfg.backend)
     res = gating_study(target, source, score_source=cfg.score_source, recipe=cfg, target_fmt=cfg.target_fmt,
@@ -220,3 +301,42 @@ def gating_sweep_experiment(cfg: GatingSweepConfig, run) -> None:
     run.save_json("summary", res.summary())
     run.save_table("source_scores", res.source_scores.to_frame())
     save_figure(run, "sweep", F.gating_sweep(res.table), cfg.figure_formats)
+
+
+def _facts_gating(cfg: GatingSweepConfig, run) -> None:
+    """TruthProbe gating on world facts: probe / tune / eval splits, shuffled-map null (spec truth_scores.md §9)."""
+    from interplab.core.errors import ConfigError
+    from interplab.probes.truth.facts_gating import facts_gating, split_items
+    from interplab.probes.truth.scores import TruthScoresConfig
+
+    if len(cfg.sites) != 1:
+        raise ConfigError(f"world-facts gating takes one site, got sites={cfg.sites}")
+    target = _load(cfg.target, cfg.backend)
+    probe, tune, ev = split_items(_known_items(cfg, target), seed=cfg.eval_seed)
+    if cfg.score_source in ("self", cfg.target):
+        source, scores = "self", None
+    else:  # another model's map on the same probe facts (e.g. the base model's, as in the paper)
+        from interplab.probes.truth.facts_map import fact_probe_rows, facts_truth_map
+
+        src = _load(cfg.score_source, cfg.backend)
+        recipe = TruthScoresConfig(**{k: getattr(cfg, k) for k in ("folds", "epochs", "lr", "weight_decay", "seed",
+                                                                     "solver", "C")})
+        source = cfg.score_source
+        scores = facts_truth_map(src, fact_probe_rows(src, probe, seed=cfg.data_seed), config=recipe, n_null=1,
+                                 fold_seeds=()).scores.scores
+    recipe = TruthScoresConfig(**{k: getattr(cfg, k) for k in ("folds", "epochs", "lr", "weight_decay", "seed",
+                                                                 "solver", "C")})
+    res = facts_gating(target, probe, tune, ev, scores=scores, score_source=source, probe_config=recipe,
+                       modes=cfg.modes, alphas=[a for a in cfg.alphas if a > 0], site=cfg.sites[0],
+                       rebase=cfg.rebase, n_maps=cfg.n_maps, seed=cfg.data_seed, max_new_tokens=cfg.max_new_tokens,
+                       progress=print)
+    run.save_result("facts_gating", res)
+    run.save_json("summary", {"target": cfg.target, "data": WORLD_FACTS, **res.summary()})
+    run.save_table("tune", res.tune)
+    run.save_table("eval", res.eval)
+    run.save_table("diff", res.diff)
+    run.save_table("replies", res.replies)
+    g = res.eval[res.eval["readout"] == "forced_choice"].set_index("condition")["rate"]
+    save_figure(run, "null", F.null_histogram(res.null, float(g["gated"]), res.p, statistic="context rate (forced "
+                                              "choice)", title="Gated vs within-layer shuffled maps (eval split)"),
+                cfg.figure_formats)

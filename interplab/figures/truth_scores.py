@@ -271,3 +271,19 @@ def planted_recovery_bars(ts, planted_heads: Sequence[Sequence[int]], *, title: 
     apply_style(fig, title=title or "Truth Scores, planted heads highlighted", xaxis="head (by rank)",
                 yaxis="Truth Score S", legend=False)
     return fig
+
+
+def significant_heads_per_layer(per_layer, *, title: str | None = None) -> go.Figure:
+    """Significant heads per layer under the family-wise (maxT) and FDR (BH) rules (`FactsTruthMap.per_layer()`),
+    with each layer's best S on a second axis."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(x=per_layer["layer"], y=per_layer["n_sig_bh"], name="BH q ≤ α",
+                         marker_color=QUALITATIVE[5]))
+    fig.add_trace(go.Bar(x=per_layer["layer"], y=per_layer["n_sig_maxt"], name="maxT p ≤ α",
+                         marker_color=QUALITATIVE[3]))
+    fig.add_trace(go.Scatter(x=per_layer["layer"], y=per_layer["max_S"], name="layer's max S", mode="lines+markers",
+                             line=dict(color=QUALITATIVE[0])), secondary_y=True)
+    apply_style(fig, title=title or "Where the significant heads sit", xaxis="layer", yaxis="significant heads")
+    fig.update_layout(barmode="overlay")
+    fig.update_yaxes(title_text="max S", secondary_y=True)
+    return fig

@@ -23,7 +23,7 @@ import pkgutil
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from interplab.core.errors import ConfigError
 
@@ -89,6 +89,10 @@ class MethodSpec:
     validation_organism: dotted reference to `build(path) -> Path`, the builder of its validation organism (a
         checkpoint with the mechanism planted by construction, `interplab.zoo.validation`), or ""; validation_label:
         what is planted, in a few words (the atlas page's choice).
+    model_defaults: experiment -> {"field=value" condition -> `key=value` settings}: the documented run of an
+        experiment on a model family (e.g. {"truth-scores": {"model=real:smollm2-135m-instruct":
+        ("data=world-facts", ...)}}). The runner applies them when the run's setting equals the condition, under
+        the user's own settings (`defaults_for`), and records them in the run's manifest.
     """
 
     name: str
@@ -107,6 +111,20 @@ class MethodSpec:
     elsewhere: tuple[str, ...] = ()
     validation_organism: str = ""
     validation_label: str = ""
+    model_defaults: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+
+    def defaults_for(self, experiment: str, settings: Mapping[str, Any]) -> dict[str, str]:
+        """The model-family defaults of `experiment` whose condition `settings` meet ({key: value} strings), minus
+        the keys `settings` already sets."""
+        out: dict[str, str] = {}
+        for cond, extra in self.model_defaults.get(experiment, {}).items():
+            key, _, value = cond.partition("=")
+            if str(settings.get(key, "")).strip() == value:
+                for kv in extra:
+                    k, _, v = kv.partition("=")
+                    if k not in settings:
+                        out.setdefault(k, v)
+        return out
 
     def validate(self) -> "MethodSpec":
         if not _NAME.match(self.name):
@@ -122,6 +140,12 @@ class MethodSpec:
             raise ConfigError(f"method {self.name!r}: its data experiment {self.data.experiment!r} is not one of its "
                               f"experiments {list(self.experiments)}")
         unknown = set(self.smoke) - set(self.experiments)
+        bad = [f"{e}: {c} -> {kv}" for e, conds in self.model_defaults.items() for c, kvs in conds.items()
+               for kv in (c, *kvs) if "=" not in kv or not kv.partition("=")[0]]
+        if set(self.model_defaults) - set(self.experiments) or bad:
+            raise ConfigError(f"method {self.name!r}: model_defaults must map its own experiments to "
+                              f"{{'field=value': ('key=value', ...)}}; unknown experiments "
+                              f"{sorted(set(self.model_defaults) - set(self.experiments))}, malformed {bad}")
         if unknown:
             raise ConfigError(f"method {self.name!r}: smoke settings for experiments it does not declare: "
                               f"{sorted(unknown)}")

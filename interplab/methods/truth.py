@@ -25,4 +25,12 @@ METHOD = MethodSpec(
     data=DataSpec(("text", "label"), (), experiment="truth-scores"),
     smoke={"truth-scores": ("model={m}", "n_samples=16", "folds=2", "epochs=5", "ablation=false")},
     atlas="interplab.probes.truth.atlas_part:PART",
+    # the documented real-model runs (docs/truth_scores.md, "On a real model"): CtxMem's vocabulary is the organisms'
+    # own, so a real model reads the counterfactual world facts in its chat format
+    model_defaults={"truth-scores": {
+        "model=real:smollm2-135m-instruct": ("data=world-facts", "fmt=chat"),
+        # no shipped filter for Gemma: the facts SmolLM2 knows, so both maps read the same texts
+        "model=real:gemma-3-270m": ("data=world-facts", "fmt=chat", "known=smollm2-135m-instruct")},
+        "truth-gating-sweep": {
+            "target=real:smollm2-135m-instruct": ("data=world-facts", "score_source=self", "sites=z")}},
 )

@@ -70,13 +70,19 @@ def shipped_runs_root() -> Path:
 
 
 def shipped_runs(kind: str) -> list[Path]:
-    """The committed complete, intact runs of experiment `kind` under `shipped_runs_root()/<kind>/` (the folder
-    itself or its sub-folders; the manifest lists only committed files), sorted by name. They are read-only references: list_runs() does not list them."""
-    base = shipped_runs_root() / kind
-    if not base.is_dir():
+    """The committed complete, intact runs of experiment `kind` under `shipped_runs_root()/<kind>/` and
+    `<kind>-<model>/` (e.g. `truth-scores-smollm2/`, a real-model run): each folder itself or its sub-folders, whose
+    manifest names `kind` and lists only committed files; sorted by folder, then name. They are read-only
+    references: list_runs() does not list them."""
+    root = shipped_runs_root()
+    if not root.is_dir():
         return []
-    found = [base] if (base / RUN_MANIFEST).is_file() else sorted(d for d in base.iterdir() if d.is_dir())
-    return [d for d in found if (read_manifest(d) or {}).get("status") == "complete" and not run_problems(d)]
+    bases = [b for b in [root / kind, *sorted(root.glob(f"{kind}-*"))] if b.is_dir()]
+    found = [d for b in bases
+             for d in ([b] if (b / RUN_MANIFEST).is_file() else sorted(d for d in b.iterdir() if d.is_dir()))]
+    # a sibling experiment may share the prefix (pcfg-depth / pcfg-depth-sweep): the manifest says whose run it is
+    return [d for d in found if (m := read_manifest(d) or {}).get("status") == "complete"
+            and m.get("kind", kind) == kind and not run_problems(d, m)]
 
 
 def _check_name(what: str, name: str) -> str:

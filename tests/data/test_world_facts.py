@@ -159,3 +159,23 @@ def test_known_facts_on_a_stub_model(facts):
     assert df["known"].tolist() == [True, False, False]
     assert df["named"].tolist()[:2] == [sub.object[0], sub.object[2]]
     assert list(df.columns) == ["relation", "subject", "object", "reply", "named", "known"]
+
+
+def test_in_context_distractors_are_same_relation_and_change_nothing_else(facts):
+    from interplab.data.scoring import normalise_words
+    from interplab.data.world_facts import counterfactual_items, fact_sentence, verification_rows
+
+    plain = counterfactual_items(facts, seed=3)
+    dis = counterfactual_items(facts, seed=3, distractor=True)
+    truth = {(r, s): o for r, s, o in facts.itertuples(index=False)}
+    for a, b in zip(plain, dis):
+        assert {k: a[k] for k in a if k != "context"} == {k: b[k] for k in a if k != "context"}
+        v = b["distractor_value"]
+        assert truth[(b["relation"], b["distractor_subject"])] == v          # a true fact ...
+        assert normalise_words(v) not in {normalise_words(b["memory_value"]), normalise_words(b["context_value"])}
+        sent = fact_sentence(b["relation"], b["distractor_subject"], v)
+        assert sent in b["context"] and b["context"].replace(" " + sent, "").replace(sent + " ", "") == a["context"]
+    rows = verification_rows(dis[:20], seed=1)
+    assert len(rows) == 60 and sum(r["label"] for r in rows) == 20
+    assert {r["candidate_kind"] for r in rows} == {"context", "memory", "distractor"}
+    assert verification_rows(plain[:20], seed=1) == [r for r in verification_rows(plain[:20], seed=1)]

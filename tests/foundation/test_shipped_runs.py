@@ -24,6 +24,12 @@ def test_only_complete_runs_are_offered(tmp_path, monkeypatch):
         if status:
             (d / "run.json").write_text(json.dumps({"status": status, "files": {}}))
     assert shipped_runs("exp") == [tmp_path / "exp" / "a"]
+    # a real-model run folder <kind>-<model>/ is the kind's too; a sibling experiment sharing the prefix is not
+    for folder, kind in (("exp-smollm2", "exp"), ("exp-sweep", "exp-sweep")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "run.json").write_text(json.dumps({"status": "complete", "kind": kind, "files": {}}))
+    assert shipped_runs("exp") == [tmp_path / "exp" / "a", tmp_path / "exp-smollm2"]
+    assert shipped_runs("exp-sweep") == [tmp_path / "exp-sweep"]
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
     assert len(list_runs("exp")) == 0  # shipped runs are not the user's runs
 

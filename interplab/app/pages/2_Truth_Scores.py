@@ -77,9 +77,10 @@ if source == "Score a model (CtxMem)":
     if str(name).startswith("real:") or str(name).endswith(".gguf"):
         # CtxMem items are organism text (`ctx e25 v3 ...`); a BPE tokenizer spells them in pieces, so a map scored
         # on them would say nothing about a real model
-        st.info(f"CtxMem verification prompts are the organisms' toy language, not text `{name}` reads. Score it on "
-                "your own verification file instead (columns text, label: 1 = context-supported answer, 0 = "
-                "hallucinated) in *Your data* above; it runs the `truth-scores` experiment on that file.")
+        st.info(f"CtxMem verification prompts are the organisms' toy language, not text `{name}` reads. A real "
+                "model is scored on counterfactual world facts (section 7 shows the saved run; `interplab run "
+                f"truth-scores --set model={name}`), or on your own verification file (columns text, label: 1 = "
+                "context-supported answer, 0 = hallucinated) in *Your data* above.")
     elif st.button("Compute Truth Scores", key="ts_go", type="primary"):
         picked.load()
         try:
@@ -256,3 +257,43 @@ if val is not None:
     with c2:
         show_figure(F.planted_recovery_bars(val.shuffled, val.planted_heads, title="Control: shuffled labels"),
                     key="ts_val_shuffled")
+
+# ------------------------------------------------------------------------------------------------ real model
+st.header("7 · On a real model: counterfactual world facts")
+st.caption("Known public facts (capitals, currencies, languages, ...) with a context that states another object of "
+           "the relation and a true same-relation sentence about another subject, answered with the context's "
+           "value (label 1), the model's memory (label 0) or that in-context distractor (label 0), in the "
+           "model's chat format; folds keep a fact's texts together. Each head is tested against "
+           "label-permutation null maps; maxT controls the family-wise error over all heads, BH the false "
+           "discovery rate. Run it with `interplab run truth-scores --set model=real:smollm2-135m-instruct` "
+           "(docs/truth_scores.md, *On a real model*).")
+facts = saved_result("truth-scores", "facts_map", "ts_facts_run", label="Saved world-facts run",
+                     hint=" --set model=real:smollm2-135m-instruct")
+if facts is not None:
+    summ, top = facts.summary(), facts.top_head()
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("texts (facts × 2)", summ["n_texts"])
+    c2.metric("significant heads (maxT)", f"{summ['n_sig_maxt']} / {summ['n_heads']}")
+    c3.metric("significant heads (BH)", summ["n_sig_bh"])
+    c4.metric(f"top head L{top['layer']}H{top['head']}", f"{top['S']:.3f}",
+              help=f"95% Wilson interval {top['lo']:.3f}-{top['hi']:.3f} over {top['n']} held-out texts")
+    st.caption(f"{facts.model}: null maps {summ['n_null']} (their best head's S, median "
+               f"{summ['null_max_median']:.3f}; a head must beat {summ['null_max_threshold']:.3f}); fold-seed "
+               f"stability: r ≥ {summ['stability']['r_min']:.3f}.")
+    c1, c2 = st.columns(2)
+    with c1:
+        show_figure(F.score_heatmap(facts.scores, title=f"Truth Scores on world facts: {facts.model}"),
+                    key="ts_facts_heatmap")
+    with c2:
+        show_figure(F.significant_heads_per_layer(facts.per_layer()), key="ts_facts_layers")
+    c1, c2 = st.columns(2)
+    with c1:
+        show_figure(F.null_histogram(facts.null_maps.reshape(facts.n_null, -1).max(1), top["S"], top["p_maxt"],
+                                     statistic="max S over heads",
+                                     title="Label-permutation null: each null map's best head"), key="ts_facts_null")
+    with c2:
+        show_figure(F.evidence_scatter(facts.scores, facts.evidence_mass, rho=facts.rho_evidence()),
+                    key="ts_facts_evidence")
+    sig = facts.to_frame()
+    st.dataframe(sig[sig["sig_maxt"]].sort_values("score", ascending=False).round(4), hide_index=True,
+                 key="ts_facts_table")

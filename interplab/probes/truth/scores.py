@@ -235,16 +235,20 @@ class TruthScores(Result):
 
 
 def truth_scores_from_activations(X, y, config: TruthScoresConfig | None = None, *, model: str = "",
-                                  device=None, provenance: dict | None = None, **overrides) -> TruthScores:
+                                  device=None, provenance: dict | None = None, splits=None,
+                                  **overrides) -> TruthScores:
     """Truth Scores from already-collected activations.
 
     X: [N, n_layers, n_heads, d_head] head outputs at the probed token; y: [N] labels (1 = gold/context-supported).
     config: TruthScoresConfig; keyword overrides (folds=, epochs=, lr=, ...) replace its fields.
+    splits: explicit [(train_idx, test_idx)] folds instead of config.folds / fold_kind (e.g. grouped folds that keep
+    paired texts together, `facts_map.group_folds`).
     """
     cfg = dataclasses.replace(config or TruthScoresConfig(), **overrides).validate()
     y = np.asarray(y)
     t0 = time.perf_counter()
-    fit = fit_head_probes(X, y, folds=cfg.folds, fold_kind=cfg.fold_kind, epochs=cfg.epochs, lr=cfg.lr,
+    fit = fit_head_probes(X, y, folds=cfg.folds if splits is None else splits, fold_kind=cfg.fold_kind,
+                          epochs=cfg.epochs, lr=cfg.lr,
                           weight_decay=cfg.weight_decay, batch_size=cfg.batch_size, seed=cfg.seed, device=device,
                           dtype=getattr(torch, cfg.dtype), solver=cfg.solver, C=cfg.C, tol=cfg.tol,
                           max_iter=cfg.max_iter)

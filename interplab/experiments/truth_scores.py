@@ -71,8 +71,10 @@ class TruthScoresExpConfig(ProbeRecipe):
     model: str = field(default="zoo:toy-base", metadata={"help": "model to score (zoo name, local dir, hub id)"})
     backend: str = field(default="bridge", metadata={"help": "bridge or nnsight"})
     n_samples: int = field(default=292, metadata={"help": "CtxMem verification prompts (the repo uses 292)"})
-    data_seed: int = field(default=0, metadata={"help": "CtxMem sampling seed"})
-    fmt: str = field(default="raw", metadata={"help": "prompt format: raw or chat"})
+    data_seed: int = field(default=0, metadata={"help": "CtxMem sampling seed (world-facts: the counterfactual "
+                                                         "and row-order seed)"})
+    fmt: str = field(default="raw", metadata={"help": "CtxMem prompt format: raw or chat (world-facts texts use the "
+                                                      "model's chat template when it has one)"})
     top_k_frac: float = field(default=0.25, metadata={"help": "head fraction for the top/bottom/random EM groups"})
     ablation: bool = field(default=True, metadata={"help": "zero-ablate each head's z and measure the Mode-V "
                                                            "accuracy drop (one forward set per head)"})

@@ -29,8 +29,9 @@ METHOD = MethodSpec(
     # own, so a real model reads the counterfactual world facts in its chat format
     model_defaults={"truth-scores": {
         "model=real:smollm2-135m-instruct": ("data=world-facts", "fmt=chat"),
-        # no shipped filter for Gemma: the facts SmolLM2 knows, so both maps read the same texts
-        "model=real:gemma-3-270m": ("data=world-facts", "fmt=chat", "known=smollm2-135m-instruct")},
+        # no shipped filter for Gemma (a base model, no chat template: it reads the plain message): the facts
+        # SmolLM2 knows, so both maps read the same facts
+        "model=real:gemma-3-270m": ("data=world-facts", "known=smollm2-135m-instruct")},
         "truth-gating-sweep": {
             "target=real:smollm2-135m-instruct": ("data=world-facts", "score_source=self", "sites=z")}},
 )

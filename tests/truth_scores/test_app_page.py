@@ -59,3 +59,20 @@ def test_a_real_model_is_pointed_to_its_own_data_not_scored_on_organism_text(mon
     assert not at.exception, at.exception
     assert any("toy language" in i.value and "Your data" in i.value for i in at.info), [i.value for i in at.info]
     assert not [b for b in at.button if b.key == "ts_go"]
+
+
+def test_page_opens_the_shipped_world_facts_run(monkeypatch, tmp_path):
+    """Section 7 shows the committed SmolLM2 world-facts map (results/truth-scores-smollm2/) without a model."""
+    from interplab.results.runs import shipped_runs
+
+    assert any((d / "facts_map").exists() for d in shipped_runs("truth-scores"))
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(tmp_path / "missing"))
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    keys = [c.key for c in at.get("plotly_chart")]
+    for k in ("ts_facts_heatmap__chart", "ts_facts_layers__chart", "ts_facts_null__chart",
+              "ts_facts_evidence__chart"):
+        assert k in keys, keys
+    assert any(m.label.startswith("significant heads (maxT)") and m.value.startswith("122")
+               for m in at.metric), [(m.label, m.value) for m in at.metric]

@@ -272,7 +272,7 @@ facts = saved_result("truth-scores", "facts_map", "ts_facts_run", label="Saved w
 if facts is not None:
     summ, top = facts.summary(), facts.top_head()
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("texts (facts × 2)", summ["n_texts"])
+    c1.metric("facts / texts", f"{summ['n_facts']} / {summ['n_texts']}")
     c2.metric("significant heads (maxT)", f"{summ['n_sig_maxt']} / {summ['n_heads']}")
     c3.metric("significant heads (BH)", summ["n_sig_bh"])
     c4.metric(f"top head L{top['layer']}H{top['head']}", f"{top['S']:.3f}",

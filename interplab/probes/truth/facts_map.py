@@ -38,10 +38,12 @@ ROW_KEYS = ("text", "label", "index", "relation", "candidate_kind", "evidence")
 
 
 def _encode(tokenizer, prompt: str, answer: str, value: str) -> tuple[list[int], list[int]]:
-    """Token ids of prompt + answer and the positions of the context's value in the prompt. The prompt is already
-    chat-templated (it carries the template's own <bos> where there is one), so no special tokens are added."""
+    """Token ids of prompt + answer and the positions of the context's value in the prompt. A chat-templated prompt
+    carries the template's own <bos> where there is one, so special tokens are added only for a model without a
+    template (a base model reads the plain message, with its <bos>)."""
     text = prompt + answer
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    templated = bool(getattr(tokenizer, "chat_template", None))
+    enc = tokenizer(text, add_special_tokens=not templated, return_offsets_mapping=True)
     ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
     start = prompt.find("Context: ")
     at = prompt.find(value, start)

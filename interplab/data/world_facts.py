@@ -191,15 +191,19 @@ def verification_rows(items: Sequence[Mapping], seed: int = 0) -> list[dict]:
     return rows
 
 
+PLAIN_CUE = "\nAnswer:"   # a model without a chat template (a base model) answers after this cue
+
+
 def _templated(message: str, tokenizer) -> str:
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
                                              add_generation_prompt=True)
-    return message
+    return message + PLAIN_CUE
 
 
 def generation_prompt(item: Mapping, tokenizer=None) -> str:
-    """The open-book prompt (chat-templated when the tokenizer has a template; generate it with chat=False)."""
+    """The open-book prompt: chat-templated when the tokenizer has a template, else the plain message ending in
+    "\nAnswer:" (generate it with chat=False)."""
     return _templated(f"{INSTRUCTION}\n\nContext: {item['context']}\n\nQuestion: {item['question']}", tokenizer)
 
 

@@ -134,10 +134,12 @@ class _Tok:
 
 def test_prompts(items, facts):
     msg = generation_prompt(items[0])
-    assert msg.startswith("Answer with the answer only.\n\nContext: ") and msg.endswith(items[0]["question"])
-    assert generation_prompt(items[0], _Tok()) == f"<user>{msg}</user><assistant>"
+    assert msg.startswith("Answer with the answer only.\n\nContext: ")
+    assert msg.endswith(items[0]["question"] + "\nAnswer:")                 # a base model's cue
+    plain = msg.removesuffix("\nAnswer:")
+    assert generation_prompt(items[0], _Tok()) == f"<user>{plain}</user><assistant>"
     row = facts.iloc[0]
-    assert closed_book_prompt(row) == f"Answer with the answer only.\n\nQuestion: {items[0]['question']}"
+    assert closed_book_prompt(row) == f"Answer with the answer only.\n\nQuestion: {items[0]['question']}\nAnswer:"
     assert closed_book_prompt(row, SimpleNamespace(chat_template=None)) == closed_book_prompt(row)
 
 

@@ -247,3 +247,23 @@ def test_world_facts_gating_experiment_end_to_end(tmp_path, bpe_ckpt):
     assert len(res.replies) == 2 * res.n_split["eval"]
     summ = run.json("summary")
     assert summ["n_maps"] == 3 and "gated_forced_choice" in summ
+
+
+def test_a_model_without_chat_template_reads_the_plain_message_with_its_bos(bpe_ckpt):
+    """A base model (Gemma-3-270M has no template): "...?\\nAnswer: <value>" with the tokenizer's <bos>, and the
+    evidence still covers the context's value."""
+    import copy
+
+    from transformers import AutoTokenizer
+
+    from interplab.data.world_facts import counterfactual_items, generation_prompt, load_facts
+    from interplab.probes.truth.facts_map import _encode
+
+    tok = copy.deepcopy(AutoTokenizer.from_pretrained(str(bpe_ckpt)))
+    tok.chat_template = None
+    it = counterfactual_items(load_facts())[0]
+    prompt = generation_prompt(it, tok)
+    ids, ev = _encode(tok, prompt, it["memory_value"], it["context_value"])
+    assert ids[0] == tok.bos_token_id and prompt.endswith("\nAnswer:")
+    assert tok.decode(ids, skip_special_tokens=True).endswith("Answer: " + it["memory_value"])
+    assert tok.decode([ids[i] for i in ev]).strip() == it["context_value"]

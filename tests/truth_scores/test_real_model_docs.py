@@ -44,6 +44,16 @@ def map_rows() -> list[str]:
     return rows
 
 
+def gemma_row() -> str:
+    d = [d for d in shipped_runs("truth-scores") if d.parent.name == "truth-scores-gemma3"][-1]
+    s = load_run(d).json("summary")
+    t = s["top_head"]
+    return (f"| Gemma-3-270M, triplets | {s['n_facts']} / {s['n_texts']} | {s['mean_S']:.3f} | {s['null_mean_S']:.3f} | "
+            f"{s['null_max_threshold']:.3f} | L{t['layer']}H{t['head']} {t['S']:.3f} [{t['lo']:.3f}, {t['hi']:.3f}] | "
+            f"{s['n_sig_maxt']} / {s['n_heads']} | {s['n_sig_bh']} | {_fmt_layers(s['sig_layers'])} | "
+            f"{s['rho_S_evidence']:.2f} | {s['stability']['r_min']:.3f} |")
+
+
 def per_layer_row(kind: str = "triplets") -> str:
     per = pd.read_csv(map_runs()[kind] / "tables" / "per_layer.csv")
     return "| " + " | ".join(str(int(v)) for v in per["n_sig_maxt"]) + " |"
@@ -75,7 +85,7 @@ def test_docs_quote_the_world_facts_maps():
     runs = map_runs()
     assert set(runs) == {"triplets", "pairs"}, runs
     doc = DOC.read_text()
-    for line in map_rows() + [per_layer_row()]:
+    for line in map_rows() + [per_layer_row(), gemma_row()]:
         assert line in doc, f"docs/truth_scores.md lacks the row {line!r}"
     # the numbers the prose and the verdict table quote
     tri, pairs = (load_run(runs[k]).json("summary") for k in ("triplets", "pairs"))
@@ -103,6 +113,6 @@ def test_docs_quote_the_gating_run():
 
 
 if __name__ == "__main__":
-    print("\n".join(map_rows()), "\n", per_layer_row(), "\n")
+    print("\n".join(map_rows()), "\n", per_layer_row(), "\n", gemma_row(), "\n")
     if gating_run() is not None:
         print("\n".join(gating_rows()))

@@ -41,8 +41,8 @@ def _encode(tokenizer, prompt: str, answer: str, value: str) -> tuple[list[int],
     """Token ids of prompt + answer and the positions of the context's value in the prompt. A chat-templated prompt
     carries the template's own <bos> where there is one, so special tokens are added only for a model without a
     template (a base model reads the plain message, with its <bos>)."""
-    text = prompt + answer
     templated = bool(getattr(tokenizer, "chat_template", None))
+    text = prompt + ("" if templated else " ") + answer     # a plain prompt ends in "Answer:"
     enc = tokenizer(text, add_special_tokens=not templated, return_offsets_mapping=True)
     ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
     start = prompt.find("Context: ")

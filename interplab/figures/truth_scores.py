@@ -118,8 +118,13 @@ def null_histogram(null: np.ndarray, observed: float, p: float, *, title: str | 
                    statistic: str = "Pearson r") -> go.Figure:
     """Within-layer head-shuffle null of a statistic (default Pearson r) with the observed value and p marked."""
     fig = go.Figure(go.Histogram(x=np.asarray(null), nbinsx=40, marker_color=QUALITATIVE[5], name="null"))
+    null = np.asarray(null, dtype=float)
+    # the label goes on the side of the line that faces the histogram, so an observed value far in the tail (the
+    # usual case) does not push it off the figure
+    right = bool(null.size) and observed < float(np.nanmedian(null))
     fig.add_vline(x=observed, line=dict(color=QUALITATIVE[3], width=3),
-                  annotation_text=f"observed {statistic} = {observed:.2f}, p = {p:.3g}")
+                  annotation_text=f"observed {statistic} = {observed:.2f}, p = {p:.3g}",
+                  annotation_position="top right" if right else "top left")
     apply_style(fig, title=title or "Within-layer permutation null", xaxis=statistic, yaxis="count", legend=False)
     return fig
 

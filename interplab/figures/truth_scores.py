@@ -121,7 +121,8 @@ def null_histogram(null: np.ndarray, observed: float, p: float, *, title: str | 
     null = np.asarray(null, dtype=float)
     # the label goes on the side of the line that faces the histogram, so an observed value far in the tail (the
     # usual case) does not push it off the figure
-    right = bool(null.size) and observed < float(np.nanmedian(null))
+    finite = null[np.isfinite(null)]     # a null of constant maps can be all NaN (no correlation defined)
+    right = bool(finite.size) and observed < float(np.median(finite))
     fig.add_vline(x=observed, line=dict(color=QUALITATIVE[3], width=3),
                   annotation_text=f"observed {statistic} = {observed:.2f}, p = {p:.3g}",
                   annotation_position="top right" if right else "top left")

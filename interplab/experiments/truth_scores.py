@@ -109,8 +109,7 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
     items = _known_items(cfg, model)
     if cfg.n_facts:
         items = items[:cfg.n_facts]
-    recipe = TruthScoresConfig(**{k: getattr(cfg, k) for k in ("folds", "epochs", "lr", "weight_decay", "seed",
-                                                                 "solver", "C")})
+    recipe = TruthScoresConfig(**cfg.probe_kwargs())
     res = facts_truth_map(model, fact_probe_rows(model, items, seed=cfg.data_seed), config=recipe,
                           n_null=cfg.n_null, alpha=cfg.alpha)
     run.save_result("facts_map", res)
@@ -315,19 +314,16 @@ def _facts_gating(cfg: GatingSweepConfig, run) -> None:
         raise ConfigError(f"world-facts gating takes one site, got sites={cfg.sites}")
     target = _load(cfg.target, cfg.backend)
     probe, tune, ev = split_items(_known_items(cfg, target), seed=cfg.eval_seed)
+    recipe = TruthScoresConfig(**cfg.probe_kwargs())
     if cfg.score_source in ("self", cfg.target):
         source, scores = "self", None
     else:  # another model's map on the same probe facts (e.g. the base model's, as in the paper)
         from interplab.probes.truth.facts_map import fact_probe_rows, facts_truth_map
 
         src = _load(cfg.score_source, cfg.backend)
-        recipe = TruthScoresConfig(**{k: getattr(cfg, k) for k in ("folds", "epochs", "lr", "weight_decay", "seed",
-                                                                     "solver", "C")})
         source = cfg.score_source
         scores = facts_truth_map(src, fact_probe_rows(src, probe, seed=cfg.data_seed), config=recipe, n_null=1,
                                  fold_seeds=()).scores.scores
-    recipe = TruthScoresConfig(**{k: getattr(cfg, k) for k in ("folds", "epochs", "lr", "weight_decay", "seed",
-                                                                 "solver", "C")})
     res = facts_gating(target, probe, tune, ev, scores=scores, score_source=source, probe_config=recipe,
                        modes=cfg.modes, alphas=[a for a in cfg.alphas if a > 0], site=cfg.sites[0],
                        rebase=cfg.rebase, n_maps=cfg.n_maps, seed=cfg.data_seed, max_new_tokens=cfg.max_new_tokens,

@@ -10,7 +10,7 @@ from interplab.core.errors import ShapeError
 from interplab.core.record import Record
 
 __all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "t_interval", "intervals", "slope_interval",
-           "paired_signflip_test", "permutation_p", "spearman_interval", "wilson_interval", "normal_sf", "target_row",
+           "paired_signflip_test", "permutation_p", "spearman_interval", "wilson_interval", "normal_sf", "target_row", "bh_qvalues",
            "Interval", "SlopeInterval", "SpearmanInterval", "TargetRow"]
 
 
@@ -246,3 +246,15 @@ def target_row(values, op: str, threshold: float, *, level: float = 0.95) -> Tar
                       "max": float(v[ok].max()) if ok.any() else float("nan"),
                       "n_seeds": int(v.size), "n_nan": int((~ok).sum()),
                       "pass": bool(v.size and ok.all() and meets.all())})
+
+
+def bh_qvalues(p: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg q-values of a p-value array (any shape)."""
+    flat = np.asarray(p, dtype=float).ravel()
+    m = flat.size
+    order = np.argsort(flat, kind="stable")
+    q = flat[order] * m / np.arange(1, m + 1)
+    q = np.minimum.accumulate(q[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(q, 1.0)
+    return out.reshape(np.shape(p))

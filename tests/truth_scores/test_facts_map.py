@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from interplab.core.errors import ConfigError, InputError
-from interplab.probes.truth.facts_map import (FactsTruthMap, bh_qvalues, facts_map_from_activations, group_folds,
+from interplab.probes.stats import bh_qvalues
+from interplab.probes.truth.facts_map import (FactsTruthMap, facts_map_from_activations, group_folds,
                                               group_permutations)
 from interplab.probes.truth.scores import TruthScoresConfig
 

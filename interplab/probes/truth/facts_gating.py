@@ -24,6 +24,7 @@ import torch
 
 from interplab.core.errors import ConfigError, InputError
 from interplab.core.result import Result
+from interplab.probes.stats import intervals
 
 
 def split_items(items: Sequence[Mapping], fractions: Sequence[float] = (0.4, 0.2, 0.4), seed: int = 0
@@ -98,19 +99,6 @@ def generated_choice(model, items: Sequence[Mapping], edits=None, *, max_new_tok
                      "context": named == it["context_value"], "memory": named == it["memory_value"],
                      "distractor": named is not None and named == it.get("distractor_value")})
     return pd.DataFrame(rows)
-
-
-def _boot_rate(flags: np.ndarray, B: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    from interplab.probes.stats import bootstrap_ci
-
-    return bootstrap_ci(np.asarray(flags, dtype=float), B=B, seed=seed)
-
-
-def _boot_diff(a: np.ndarray, b: np.ndarray, B: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Paired bootstrap of mean(a) - mean(b) over items."""
-    from interplab.probes.stats import bootstrap_ci
-
-    return bootstrap_ci(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), B=B, seed=seed)
 
 
 @dataclass
@@ -212,10 +200,13 @@ def facts_gating(model, probe_items, tune_items, eval_items, *, scores=None, sco
                             ("generated_distractor", gen0["distractor"], gen1["distractor"]),
                             ("forced_choice", fc0, fc1)):
         for cond, flags in (("ungated", a0), ("gated", a1)):
-            m, lo, hi = _boot_rate(np.asarray(flags), seed=seed)
-            ev.append({"condition": cond, "readout": readout, "rate": m, "lo": lo, "hi": hi, "n": int(len(flags))})
-        m, lo, hi = _boot_diff(np.asarray(a1), np.asarray(a0), seed=seed)
-        diff.append({"readout": readout, "gated_minus_ungated": m, "lo": lo, "hi": hi})
+            iv = intervals(np.asarray(flags, dtype=float), method="bootstrap", B=2000, seed=seed)
+            ev.append({"condition": cond, "readout": readout, "rate": iv.mean, "lo": iv.lo, "hi": iv.hi,
+                       "n": int(len(flags))})
+        # paired over items: the bootstrap of the per-item difference
+        iv = intervals(np.asarray(a1, dtype=float) - np.asarray(a0, dtype=float), method="bootstrap", B=2000,
+                       seed=seed)
+        diff.append({"readout": readout, "gated_minus_ungated": iv.mean, "lo": iv.lo, "hi": iv.hi})
     perms = within_layer_permutations(*s.shape, n_maps, seed)
     null = np.empty(n_maps)
     for b in range(n_maps):   # the same gate values on shuffled heads within each layer

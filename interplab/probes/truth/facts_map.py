@@ -31,7 +31,7 @@ import torch
 
 from interplab.core.errors import DataError, InputError, ShapeError
 from interplab.core.result import Result
-from interplab.probes.stats import wilson_interval
+from interplab.probes.stats import bh_qvalues, wilson_interval
 from interplab.probes.truth.scores import TruthScores, TruthScoresConfig, capture_head_outputs, evidence_attention
 
 ROW_KEYS = ("text", "label", "index", "relation", "candidate_kind", "evidence")
@@ -98,18 +98,6 @@ def group_permutations(labels: np.ndarray, groups: np.ndarray, n: int, seed: int
         # rows listed group by group in a random order within each group receive the listed labels
         out[b, np.lexsort((rng.random(len(labels)), inv))] = by_group
     return out
-
-
-def bh_qvalues(p: np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg q-values of a p-value array (any shape)."""
-    flat = np.asarray(p, dtype=float).ravel()
-    m = flat.size
-    order = np.argsort(flat, kind="stable")
-    q = flat[order] * m / np.arange(1, m + 1)
-    q = np.minimum.accumulate(q[::-1])[::-1]
-    out = np.empty(m)
-    out[order] = np.minimum(q, 1.0)
-    return out.reshape(np.shape(p))
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 patching_figure: layer x position (or layer x head) heatmap of a PatchingResult; attribution_scatter: estimated vs
 exact effects; logit_lens_figure: layer x position heatmap with each cell's top token; dla_figure: per-head and
-per-MLP direct logit attribution; attention_heads_figure: every head's pattern of one layer, titled with its KV group.
+per-MLP direct logit attribution; attention_heads_figure: every head's pattern of one layer, titled with its KV group;
+answer_rank_figure, attribution_rho_figure, head_frequency_figure: the aggregates of a FactLensStudy over many pairs.
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import numpy as np
 
 from interplab.core.errors import ShapeError
 from interplab.figures.models import token_labels
-from interplab.figures.style import DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style, heatmap_axes
+from interplab.figures.style import (DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style, heatmap_axes,
+                                     log_axis)
 
 __all__ = ["patching_figure", "patching_cell", "attribution_scatter", "logit_lens_figure", "dla_figure",
-           "attention_heads_figure",
+           "attention_heads_figure", "answer_rank_figure", "attribution_rho_figure", "head_frequency_figure",
            "direction_histogram", "logit_effects_figure"]
 
 
@@ -215,4 +217,73 @@ def logit_effects_figure(dashboard, *, title: str | None = None):
     apply_style(fig, title=title or "Direct logit effect (v̂ @ W_U)", xaxis="logit per unit norm", yaxis="token",
                 height=max(300, 22 * len(le) + 120))
     fig.update_yaxes(type="category", autorange="reversed")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------- over many pairs
+def answer_rank_figure(rank_per_layer, *, title: str | None = None):
+    """The answer's logit-lens rank per layer over pairs: the median as a line and the interquartile range as a
+    band (a FactLensStudy's `rank_per_layer()` frame: layer, median, q25, q75). The y axis is log(1 + rank), so
+    rank 0 (top-1) sits at the bottom."""
+    import plotly.graph_objects as go
+
+    df = rank_per_layer
+    missing = [c for c in ("layer", "median", "q25", "q75") if c not in df]
+    if missing:
+        raise ShapeError(f"rank_per_layer needs columns layer, median, q25, q75; missing {missing}")
+    x = df["layer"].to_numpy()
+    med, lo, hi = (df[c].to_numpy(float) + 1 for c in ("median", "q25", "q75"))
+    n = int(df["n_pairs"].iloc[0]) if "n_pairs" in df and len(df) else None
+    fig = go.Figure([
+        go.Scatter(x=np.r_[x, x[::-1]], y=np.r_[hi, lo[::-1]], fill="toself", fillcolor="rgba(0,114,178,0.2)",
+                   line=dict(width=0), hoverinfo="skip", name="interquartile range"),
+        go.Scatter(x=x, y=med, mode="lines+markers", line=dict(color=QUALITATIVE[0]), name="median",
+                   customdata=np.c_[med - 1, lo - 1, hi - 1],
+                   hovertemplate="layer %{x}<br>median rank %{customdata[0]:.0f} "
+                                 "[%{customdata[1]:.0f}, %{customdata[2]:.0f}]<extra></extra>"),
+    ])
+    default = "Logit lens: rank of the answer at the last token" + (f" · {n} pairs" if n else "")
+    apply_style(fig, title=title or default,
+                xaxis="layer (resid_post)", yaxis="1 + rank of the answer", height=420)
+    log_axis(fig, "y")
+    return fig
+
+
+def attribution_rho_figure(per_pair, *, title: str | None = None):
+    """Per-pair Spearman ρ of attribution vs exact patching, one box (with every pair's point) per site and method
+    (a FactLensStudy's `attribution` frame: site, method, spearman)."""
+    import plotly.graph_objects as go
+
+    missing = [c for c in ("site", "method", "spearman") if c not in per_pair]
+    if missing:
+        raise ShapeError(f"per_pair needs columns site, method, spearman; missing {missing}")
+    fig = go.Figure()
+    for i, (method, g) in enumerate(per_pair.groupby("method", sort=False)):
+        fig.add_trace(go.Box(x=g["site"], y=g["spearman"], name=method, boxpoints="all", jitter=0.4, pointpos=0,
+                             marker=dict(color=QUALITATIVE[i % len(QUALITATIVE)], size=5)))
+    apply_style(fig, title=title or "Attribution vs exact patching, per pair", xaxis="site",
+                yaxis="Spearman ρ (cells of one pair)", height=420, boxmode="group")
+    fig.update_yaxes(range=[-1.05, 1.05])
+    return fig
+
+
+def head_frequency_figure(freq, *, k: int, n_kv_heads: int | None = None, title: str | None = None):
+    """[L, H] fraction of bootstrap resamples of the pairs in which each head is in the top k (a FactLensStudy's
+    `top_k_frequency(map)`): 1 = the head is top-k whichever pairs are drawn."""
+    import plotly.graph_objects as go
+
+    z = np.asarray(freq, dtype=float)
+    if z.ndim != 2:
+        raise ShapeError(f"freq must be [n_layers, n_heads], got {z.shape}")
+    L, H = z.shape
+    group = max(1, H // max(1, n_kv_heads or H))
+    fig = go.Figure(go.Heatmap(z=z, x=[f"H{h} (kv{h // group})" for h in range(H)], y=[f"L{i}" for i in range(L)],
+                               colorscale=PROBABILITY, zmin=0, zmax=1, colorbar=dict(title=f"P(top-{k})"),
+                               hovertemplate="%{y} %{x}<br>in the top " + str(k) + " in %{z:.0%} of resamples"
+                                             "<extra></extra>"))
+    apply_style(fig, title=title or f"Top-{k} heads across bootstrap resamples of the pairs", xaxis="query head",
+                yaxis="layer", height=max(320, 28 * L + 160))
+    heatmap_axes(fig, y_reversed=True)
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(type="category")
     return fig

@@ -10,7 +10,7 @@ import pytest
 import interplab.methods as M
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOL_EXPERIMENTS = {"atlas", "logit-lens", "next-token", "patching"}
+TOOL_EXPERIMENTS = {"atlas", "lenses-facts", "logit-lens", "next-token", "patching"}
 
 
 @pytest.fixture(autouse=True)

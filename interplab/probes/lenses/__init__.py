@@ -1,5 +1,5 @@
 """Lenses: activation patching, attribution patching, logit lens (and tuned lens), direct logit attribution,
-attention patterns, a dashboard for any direction and the atlas across methods.
+attention patterns, a dashboard for any direction, the atlas across methods and the lenses over many fact pairs.
 
 Every lens runs through `LabModel.run` (both backends), takes `edits=[...]` applied underneath its own patches, and
 returns a typed `Result` with `to_frame()`. See docs/lenses.md."""
@@ -16,6 +16,7 @@ from interplab.probes.lenses.common import (PATCH_KINDS, CellPatch, GradProbe, I
 from interplab.probes.lenses.direction_registry import DirectionRegistry, collect_directions, read_sae_decoder
 from interplab.probes.lenses.direction import DirectionDashboard, direction_dashboard
 from interplab.probes.lenses.dla import DLAResult, direct_logit_attribution, frozen_norm
+from interplab.probes.lenses.facts import FactLensConfig, FactLensStudy, fact_lens_study, position_roles
 from interplab.probes.lenses.logit_lens import LogitLensResult, TunedLens, logit_lens, train_tuned_lens
 from interplab.probes.lenses.patching import (PatchingConfig, PatchingResult, PatchingSweep, activation_patching,
                                               patch_grid, patched_generation)
@@ -28,7 +29,7 @@ __all__ = ["DirectionRegistry", "collect_directions", "read_sae_decoder", "Atlas
            "PatchingConfig", "PatchingResult", "PatchingSweep", "activation_patching", "patch_grid",
            "patched_generation", "AttributionConfig", "attribution_grid", "attribution_patching", "compare_to_exact",
            "DLAResult", "direct_logit_attribution", "frozen_norm", "LogitLensResult", "TunedLens", "logit_lens",
-           "train_tuned_lens"]
+           "train_tuned_lens", "FactLensConfig", "FactLensStudy", "fact_lens_study", "position_roles"]
 
 
 # a method's atlas part provides it (hyperfit's `layer_participation`, reached through the atlas module): resolved on

@@ -185,11 +185,15 @@ def patch_grid(model, base_ids: list[int], sources: dict[str, torch.Tensor], kin
     n_pos, H = len(base_ids), model.n_heads
     cells = _cells(kind, list(layers), n_pos, H, per_position)
     out = np.empty(len(cells))
+    # the metric reads the last position only: unembed just that one (most of a small model's forward otherwise),
+    # unless an edit underneath touches the logits site, which needs every position
+    last = None if any(str(s).split(".")[0] == "logits" for e in edits or () for s in e.sites) else 1
     for start in range(0, len(cells), batch_size):
         chunk = cells[start:start + batch_size]
         masks = _cell_masks(kind, chunk, n_pos, H)
         patches = [CellPatch(f"{kind}.{layer}", sources[f"{kind}.{layer}"], m) for layer, m in masks.items()]
-        logits = model.run([base_ids] * len(chunk), edits=list(edits or []) + patches).logits[:, -1]
+        logits = model.run([base_ids] * len(chunk), edits=list(edits or []) + patches,
+                           logits_last=last).logits[:, -1]
         out[start:start + len(chunk)] = metric(logits).detach().double().cpu().numpy()
     shape = [len(layers)] + ([n_pos] if per_position else []) + ([H] if kind == "attn_z" else [])
     return out.reshape(shape)

@@ -1,0 +1,144 @@
+"""Experiment `lenses-facts`: the lenses over many clean / corrupt fact pairs, aggregated over pairs (issue 27 §3;
+docs/lenses.md, "Lenses over many fact pairs").
+
+    interplab run lenses-facts --set model=real:smollm2-135m-instruct --set n_pairs=50
+    interplab run lenses-facts --set model=real:gemma-3-270m --set known=all
+    interplab run lenses-facts --set model=./my-model --set pairs=my_pairs.csv     # clean, corrupt, answer, wrong
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from interplab.core.errors import ConfigError
+from interplab.experiments.registry import register_experiment
+from interplab.figures.export import save_figure
+
+KNOWN_MODES = ("shipped", "compute", "all")
+
+
+@dataclass
+class FactLensExpConfig:
+    """Config of `lenses-facts` (the lens study of `interplab.probes.lenses.facts` on world-fact pairs)."""
+
+    model: str = field(default="real:smollm2-135m-instruct", metadata={"help": "model (real:NAME, zoo name, local "
+                                                                               "checkpoint, hub id)"})
+    backend: str = field(default="bridge", metadata={"help": "bridge or nnsight"})
+    n_pairs: int = field(default=50, metadata={"help": "pairs to study (the first n of the seeded, relation-mixed "
+                                                       "list; 0 = all)"})
+    seed: int = field(default=0, metadata={"help": "pair-building seed (partners, order) and bootstrap / split seed"})
+    known: str = field(default="shipped", metadata={"help": "which world facts may form pairs: 'shipped' (the "
+                                                            "model's shipped closed-book filter), a shipped filter "
+                                                            "by name (e.g. smollm2-135m-instruct), 'compute' (answer "
+                                                            "them closed-book now), 'all'"})
+    pairs: str = field(default="", metadata={"help": "your own pairs instead of world facts: a CSV/JSONL with "
+                                                     "columns clean, corrupt, answer, wrong"})
+    sites: list[str] = field(default_factory=lambda: ["resid_pre", "attn_z"],
+                             metadata={"help": "exact grids: resid_pre (layer x position), attn_z (per head, all "
+                                               "positions)"})
+    ig_steps: int = field(default=8, metadata={"help": "integrated-gradients points of attribution patching"})
+    top_k: int = field(default=10, metadata={"help": "heads in a top set (top heads, bootstrap frequency, split "
+                                                     "halves)"})
+    n_boot: int = field(default=1000, metadata={"help": "bootstrap resamples of the pairs"})
+    n_splits: int = field(default=200, metadata={"help": "random half splits of the pairs"})
+    min_span: float = field(default=1.0, metadata={"help": "pairs whose clean - corrupt logit difference is below "
+                                                           "this are left out of the patching aggregates"})
+    batch_size: int = field(default=32, metadata={"help": "patched copies of a prompt per forward"})
+    device: str = field(default="cpu", metadata={"help": "device"})
+    dtype: str = field(default="float32", metadata={"help": "model dtype"})
+
+    def __post_init__(self):
+        if self.backend not in ("bridge", "nnsight"):
+            raise ConfigError(f"backend must be 'bridge' or 'nnsight', got {self.backend!r}")
+        if self.n_pairs < 0:
+            raise ConfigError(f"n_pairs must be >= 0 (0 = all), got {self.n_pairs}")
+        if isinstance(self.sites, str):
+            self.sites = [s for s in self.sites.split(",") if s]
+
+    def study_config(self):
+        from interplab.probes.lenses.facts import FactLensConfig
+
+        return FactLensConfig(sites=list(self.sites), ig_steps=self.ig_steps, batch_size=self.batch_size,
+                              top_k=self.top_k, n_boot=self.n_boot, n_splits=self.n_splits, min_span=self.min_span,
+                              seed=self.seed).validate()
+
+
+def build_pairs(cfg: FactLensExpConfig, model) -> tuple[list, dict]:
+    """The pairs of `cfg` for `model` and a note of where they came from (a user's file or the world facts)."""
+    from interplab.data.fact_pairs import fact_pairs, pairs_from_rows
+    from interplab.data.world_facts import known_facts, load_facts, load_known, shipped_known
+
+    limit = cfg.n_pairs or None
+    if cfg.pairs:
+        from interplab.data.files import read_records
+
+        pairs, dropped = pairs_from_rows(model.tokenizer, read_records(cfg.pairs), source=cfg.pairs)
+        return pairs[:limit], {"data": cfg.pairs, "dropped_rows": dropped}
+    if cfg.known not in KNOWN_MODES and cfg.known not in shipped_known():
+        raise ConfigError(f"known must be one of {KNOWN_MODES} or a shipped filter {shipped_known()}, got "
+                          f"{cfg.known!r}")
+    facts = load_facts()
+    if cfg.known == "shipped":
+        keep = load_known(cfg.model, facts)
+    elif cfg.known == "compute":
+        keep = known_facts(model, facts, max_new_tokens=16)["known"]
+    elif cfg.known == "all":
+        keep = None
+    else:
+        keep = load_known(cfg.known, facts)
+    n_known = len(facts) if keep is None else int(keep.sum())
+    pairs = fact_pairs(model.tokenizer, n=limit, seed=cfg.seed, known=keep, facts=facts)
+    return pairs, {"data": "world facts (interplab.data.fact_pairs)", "known": cfg.known, "n_known_facts": n_known}
+
+
+@register_experiment("lenses-facts", config=FactLensExpConfig,
+                     help="Logit lens, activation and attribution patching and DLA over many clean / corrupt "
+                          "world-fact pairs, with bootstrap intervals over pairs and top-head stability.")
+def lenses_facts(cfg: FactLensExpConfig, run) -> None:
+    import numpy as np
+
+    import interplab
+    from interplab.figures.lenses import (answer_rank_figure, attribution_rho_figure, dla_figure,
+                                          head_frequency_figure, patching_figure)
+    from interplab.probes.lenses.facts import fact_lens_study
+
+    study_cfg = cfg.study_config()
+    model = interplab.load_model(cfg.model, backend=cfg.backend, device=cfg.device, dtype=cfg.dtype)
+    pairs, source = build_pairs(cfg, model)
+    study = fact_lens_study(model, pairs, study_cfg)
+    run.save_result("study", study)
+    run.save_json("summary", {"config": asdict(cfg), **source, **study.summary()})
+    run.save_table("pairs", study.pairs)
+    run.save_table("rank_per_layer", study.rank_per_layer())
+    run.save_table("heads", study.to_frame())
+    run.save_table("attribution_per_pair", study.attribution)
+    run.save_table("attribution_summary", study.attribution_summary())
+    save_figure(run, "answer_rank", answer_rank_figure(study.rank_per_layer()))
+    save_figure(run, "attribution_rho", attribution_rho_figure(study.attribution[study.attribution["pair"].isin(
+        np.flatnonzero(study.included))]))
+    n_inc = int(study.included.sum())
+    if n_inc == 0:
+        return
+    save_figure(run, "dla_heads", dla_figure(study.dla_of(study.included),
+                                             title=f"Direct logit attribution · mean over {n_inc} pairs · "
+                                                   "answer − wrong"))
+    import pandas as pd
+
+    kinds = ["dla"] + (["patching"] if "attn_z" in cfg.sites else [])
+    run.save_table("top_heads", pd.concat([study.top_heads(k) for k in kinds], ignore_index=True))
+    agreement = [dict(study.split_half(k)) for k in kinds]
+    if "attn_z" in cfg.sites:
+        agreement.append({"map": "patching vs dla", **study.map_agreement()})
+    run.save_table("agreement", pd.DataFrame(agreement))
+    for k in kinds:
+        save_figure(run, f"top{cfg.top_k}_frequency_{k}", head_frequency_figure(
+            study.top_k_frequency(k), k=study_cfg.top_k, n_kv_heads=study.n_kv_heads,
+            title=f"{k}: top-{study_cfg.top_k} heads across bootstrap resamples of {n_inc} pairs"))
+    if "resid_pre" in cfg.sites:
+        run.save_table("resid_roles", study.role_map())
+        save_figure(run, "patching_resid_roles", patching_figure(
+            study.mean_patching("resid_pre"), title=f"Activation patching · resid_pre by token role · mean over "
+                                                    f"{n_inc} pairs"))
+    if "attn_z" in cfg.sites:
+        save_figure(run, "patching_heads", patching_figure(
+            study.mean_patching("attn_z"), title=f"Activation patching · attn_z per head (all positions) · mean "
+                                                 f"over {n_inc} pairs"))

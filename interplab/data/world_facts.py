@@ -34,7 +34,7 @@ from interplab.data.scoring import normalise_words
 
 __all__ = ["COLUMNS", "FACTS_FILE", "INSTRUCTION", "RELATIONS", "load_facts", "question_for", "fact_sentence",
            "counterfactual_items", "verification_rows", "generation_prompt", "closed_book_prompt", "first_named",
-           "known_facts", "KNOWN_DIR", "shipped_known", "load_known"]
+           "known_facts", "KNOWN_DIR", "shipped_known", "load_known", "chat_prompt"]
 
 FACTS_FILE = "resources/facts/world_facts.csv"
 # per-model closed-book filters written by scripts/known_facts.py (the model's replies decide only which facts are
@@ -194,7 +194,9 @@ def verification_rows(items: Sequence[Mapping], seed: int = 0) -> list[dict]:
 PLAIN_CUE = "\nAnswer:"   # a model without a chat template (a base model) answers after this cue
 
 
-def _templated(message: str, tokenizer) -> str:
+def chat_prompt(message: str, tokenizer) -> str:
+    """`message` as the model reads a user turn: chat-templated with the generation prompt when the tokenizer has
+    a template, else the plain message ending in PLAIN_CUE (generate it with chat=False)."""
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
                                              add_generation_prompt=True)
@@ -204,12 +206,12 @@ def _templated(message: str, tokenizer) -> str:
 def generation_prompt(item: Mapping, tokenizer=None) -> str:
     """The open-book prompt: chat-templated when the tokenizer has a template, else the plain message ending in
     "\nAnswer:" (generate it with chat=False)."""
-    return _templated(f"{INSTRUCTION}\n\nContext: {item['context']}\n\nQuestion: {item['question']}", tokenizer)
+    return chat_prompt(f"{INSTRUCTION}\n\nContext: {item['context']}\n\nQuestion: {item['question']}", tokenizer)
 
 
 def closed_book_prompt(fact_row: Mapping, tokenizer=None) -> str:
     """The question alone (a facts row or an item: needs relation and subject), chat-templated likewise."""
-    return _templated(f"{INSTRUCTION}\n\nQuestion: {question_for(fact_row['relation'], fact_row['subject'])}",
+    return chat_prompt(f"{INSTRUCTION}\n\nQuestion: {question_for(fact_row['relation'], fact_row['subject'])}",
                       tokenizer)
 
 

@@ -3,12 +3,17 @@
 * `decodeshare-layers`: the shared decode subspace at every layer (`probes.decodeshare.scan_layers`).
 * `decodeshare`: the intervention study at one layer (`probes.decodeshare.run_study`; parts `patchback` and
   `ranking` are opt-in).
+* `decodeshare-tasks`: the real-model task screen (unedited accuracy of the built-in tasks, `data=real-tasks`).
 
 Both load the model, run the method API and write its tables, subspaces and figures into the run. Defaults are
 sized for a 2-core CPU and a 4-layer d=128 organism (a few minutes).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from interplab.core.errors import ConfigError
+from interplab.data.decode_tasks import REAL_TASKS
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.probes.decodeshare import (
@@ -49,7 +54,14 @@ def save_layer_scan(run, scan: LayerScan) -> None:
                           "decode-vs-prefill angles, tau/rho sensitivity")
 def decodeshare_layers(cfg: DecodeShareLayersConfig, run) -> None:
     model = _load(cfg)
-    save_layer_scan(run, scan_layers(model, cfg, calib_sets=_user_sets(model, cfg)[0] if cfg.data else None))
+    save_layer_scan(run, scan_layers(model, cfg, calib_sets=_user_sets(model, cfg)[0] if _user_file(cfg) else None))
+
+
+def _user_file(cfg) -> bool:
+    # data= names a user file unless it is a built-in set ('real-tasks', built inside the method API)
+    from interplab.probes.decodeshare.tasks import BUILTIN_DATA
+
+    return bool(cfg.data) and cfg.data not in BUILTIN_DATA
 
 
 def _user_sets(model, cfg):
@@ -110,4 +122,50 @@ def save_study(run, study: DecodeShareStudy) -> None:
                           "steering overlap; optional patchback rescue rates (parts=...,patchback)")
 def decodeshare(cfg: DecodeShareConfig, run) -> None:
     model = _load(cfg)
-    save_study(run, run_study(model, cfg, sets=_user_sets(model, cfg) if cfg.data else None))
+    save_study(run, run_study(model, cfg, sets=_user_sets(model, cfg) if _user_file(cfg) else None))
+
+
+@dataclass
+class DecodeShareTasksConfig:
+    """Settings of `decodeshare-tasks`: which built-in real-model tasks (`interplab.data.decode_tasks`) the model
+    answers, unedited, on the evaluation split the study uses (the same seed, n_calib and n_eval select the same
+    rows). tasks: any of `REAL_TASKS` (default all). eval_max_new_tokens: reply length (a short sentence).
+    min_acc: the generation exact match a task needs to enter the study (the issue's 60 %)."""
+    model: str = "real:smollm2-135m-instruct"
+    backend: str = "bridge"
+    dtype: str = "float32"
+    tasks: list[str] = field(default_factory=lambda: list(REAL_TASKS))
+    n_calib: int = 32
+    n_eval: int = 40
+    eval_max_new_tokens: int = 12
+    min_acc: float = 0.6
+    n_boot: int = 2000
+    batch_size: int = 32
+    seed: int = 0
+
+    def validate(self) -> None:
+        bad = [t for t in self.tasks if t not in REAL_TASKS]
+        if bad:
+            raise ConfigError(f"unknown real-model task(s) {bad}; use any of {', '.join(REAL_TASKS)}")
+        if not 0 < self.min_acc <= 1:
+            raise ConfigError(f"min_acc must be in (0, 1]; got {self.min_acc}")
+
+
+@register_experiment("decodeshare-tasks", config=DecodeShareTasksConfig,
+                     help="DecodeShare on a real model: unedited exact match (parsed replies) and forced choice of "
+                          "each built-in real-model task, with bootstrap CIs; which tasks enter the study")
+def decodeshare_tasks(cfg: DecodeShareTasksConfig, run) -> None:
+    from interplab.figures.decodeshare import ablation_figure
+    from interplab.probes.decodeshare.evaluation import screen_tasks
+    from interplab.probes.decodeshare.tasks import real_task_sets
+
+    cfg.validate()
+    model = _load(cfg)
+    _, evals = real_task_sets(model, cfg.tasks, n_calib=cfg.n_calib, n_eval=cfg.n_eval, seed=cfg.seed)
+    screen = screen_tasks(model, evals, min_acc=cfg.min_acc, max_new_tokens=cfg.eval_max_new_tokens,
+                          batch_size=cfg.batch_size, n_boot=cfg.n_boot, seed=cfg.seed)
+    run.save_result("screen", screen)
+    run.save_table("tasks", screen.table)
+    run.save_table("examples", screen.examples)
+    run.save_json("passing", {"min_acc": screen.min_acc, "tasks": screen.passing})
+    save_figure(run, "tasks", ablation_figure(screen.table, metric="gen", title="Unedited exact match per task"))

@@ -1,6 +1,9 @@
 """DecodeShare (spec decodeshare.md): the task-shared subspace of decode-time states, removed only while decoding."""
 from interplab.methods import DataSpec, MethodSpec, PageSpec
 
+# decode_tasks.DEFAULT_REAL_TASKS, written out so the spec imports no data module
+REAL_DEFAULT = "capital,language,mc_capital,first_letter,plural,antonym"
+
 METHOD = MethodSpec(
     name="decodeshare",
     title="DecodeShare",
@@ -8,7 +11,7 @@ METHOD = MethodSpec(
             "controls",
     package="interplab.probes.decodeshare",
     experiment_modules=("interplab.experiments.decodeshare", "interplab.experiments.validation"),
-    experiments=("decodeshare", "decodeshare-layers", "validate-decodeshare"),
+    experiments=("decodeshare", "decodeshare-layers", "decodeshare-tasks", "validate-decodeshare"),
     figures="interplab.figures.decodeshare",
     pages=(PageSpec(
         "pages/3_DecodeShare.py", "DecodeShare",
@@ -17,7 +20,7 @@ METHOD = MethodSpec(
         "directions.",
         buttons=("ds_run", "ds_pb_run"), reopens=("decodeshare",)),),
     elsewhere=("interplab.interventions.patchback", "interplab.zoo.validation.decodeshare", "interplab.data.multitask",
-               "interplab.data.adapters.decodeshare_pool"),
+               "interplab.data.adapters.decodeshare_pool", "interplab.data.decode_tasks"),
     validation_organism="interplab.zoo.validation.decodeshare:build_planted_decode_organism",
     validation_label="planted decode subspace",
     doc="docs/decodeshare.md",
@@ -27,4 +30,14 @@ METHOD = MethodSpec(
                            "n_calib=4", "n_eval=2", "calib_max_new_tokens=4", "eval_max_new_tokens=3",
                            "null_perm_B=10", "null_rot_B=2", "n_boot=50", "batch_size=4")},
     atlas="interplab.probes.decodeshare.atlas_part:PART",
+    # the documented SmolLM2 runs (docs/decodeshare.md "On a real model"): the built-in real-model tasks it answers
+    # at >= 60 % (results/decodeshare-tasks-smollm2), steering between the two noun tasks; the estimator x locus
+    # grid and the alpha sweep are left to --set parts=... (each condition costs about a minute of CPU here)
+    model_defaults={
+        "decodeshare": {"model=real:smollm2-135m-instruct": (
+            "data=real-tasks", f"tasks={REAL_DEFAULT}", "n_calib=32", "n_eval=40", "parts=table,loto,steer",
+            "steer_from=first_letter", "steer_to=plural")},
+        "decodeshare-layers": {"model=real:smollm2-135m-instruct": (
+            "data=real-tasks", f"tasks={REAL_DEFAULT}", "n_calib=32")},
+        "decodeshare-tasks": {"model=real:smollm2-135m-instruct": ("n_eval=40",)}},
 )

@@ -65,7 +65,9 @@ class DecodeShareConfig(DecodeShareSetup):
     (`interplab.core.scale`, over the last prompt token of the calibration prompts); rank_stage: DECODE/REAL steer
     the first rank_stage generated tokens; rank_top_k: overlap k.
     data: a user file (CSV/JSONL: task, prompt, answer, optional choices and split; docs/data.md) replacing the
-    organisms' multitask data (`user_task_sets`); empty = the organisms' tasks.
+    organisms' multitask data (`user_task_sets`); 'real-tasks' = the built-in real-model tasks
+    (`interplab.data.decode_tasks`: tasks among capital, language, mc_capital, first_letter, plural, antonym,
+    yes_no, addition; chat-templated, replies parsed); empty = the organisms' tasks.
     """
     layer: int = -1
     n_eval: int = 48
@@ -110,7 +112,8 @@ class DecodeShareLayersConfig(DecodeShareSetup):
     """Settings of the per-layer scan (`scan_layers`, experiment `decodeshare-layers`; see DecodeShareConfig for
     the shared fields). layers: layer indices or 'all'. sweep_layer: layer of the tau/rho sensitivity sweep
     (-1 = middle). tau_ks: thresholds to report; 0 = the literal `tau`, x > 0 = tau_k = x (tau = x / k).
-    data: a user file (as DecodeShareConfig.data); its calibration rows replace the organisms' tasks."""
+    data: a user file or 'real-tasks' (as DecodeShareConfig.data); its calibration rows replace the organisms'
+    tasks."""
     layers: list[int] | str = "all"
     sweep_layer: int = -1
     tau_ks: list[float] = field(default_factory=lambda: [0.0, 1.0])

@@ -2,16 +2,18 @@
 delta summary with bootstrap CIs and paired sign-flip p-values."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from interplab.core.result import Result
 from interplab.probes.decodeshare.model import generate_exact_match, score_forced_choice
-from interplab.probes.decodeshare.tasks import TaskSet
+from interplab.probes.decodeshare.tasks import TaskSet, reply_correct
 from interplab.probes.stats import bootstrap_ci, paired_signflip_test
 
-__all__ = ["decode_projection", "evaluate_condition", "summarize"]
+__all__ = ["decode_projection", "evaluate_condition", "summarize", "TaskScreen", "screen_tasks"]
 
 
 def decode_projection(layer, basis, alpha, variant, phases=("decode",), positions="all"):
@@ -57,10 +59,13 @@ def evaluate_condition(model, sets: Mapping[str, TaskSet], edits: Sequence = (),
             g = generate_exact_match(model, s.prompts, s.answers, max_new_tokens=max_new_tokens, edits=edits,
                                      batch_size=batch_size, stop_tokens=[s.stop])
             n, en = _budget(edits)
+            correct = reply_correct(s, g.texts, g.correct)
+            # parsed tasks keep their replies: what the parser read is open to inspection
+            replies = {"reply": list(g.texts)} if s.parse is not None else {}
             frames.append(pd.DataFrame({"condition": condition, "task": task, "metric": "gen",
-                                        "example": np.arange(len(s)), "correct": g.correct.astype(float),
+                                        "example": np.arange(len(s)), "correct": correct.astype(float),
                                         "stopped": g.stopped.astype(float), "length": g.lengths,
-                                        "n_edited": n, "energy": en}))
+                                        "n_edited": n, "energy": en, **replies}))
     _reset(edits)
     return pd.concat(frames, ignore_index=True)
 
@@ -101,3 +106,28 @@ def summarize(per_example, *, baseline: str = "baseline", n_boot: int = 2000, se
                      "energy": float(d.groupby("orig_task")["energy"].first().sum())})
     return pd.DataFrame(rows)
 
+
+
+@dataclass
+class TaskScreen(Result):
+    """Which tasks a model answers unedited (`screen_tasks`): table (`summarize` rows of the baseline, fc and gen,
+    with bootstrap CIs, plus `passes`), examples (per-example rows with the generated replies), min_acc and the
+    passing tasks (generation exact match >= min_acc)."""
+    table: pd.DataFrame
+    examples: pd.DataFrame
+    min_acc: float
+    passing: list
+
+    def to_frame(self):
+        return self.table
+
+
+def screen_tasks(model, evals: Mapping[str, TaskSet], *, min_acc: float = 0.6, max_new_tokens: int = 12,
+                 batch_size: int = 32, n_boot: int = 2000, seed: int = 0) -> TaskScreen:
+    """Unedited forced choice and generation of every task in `evals` (e.g. `real_task_sets(...)[1]`), and which
+    reach `min_acc` generation exact match (the DecodeShare study needs tasks the model does)."""
+    per_example = evaluate_condition(model, evals, [], max_new_tokens=max_new_tokens, batch_size=batch_size)
+    table = summarize(per_example, n_boot=n_boot, seed=seed)
+    gen = table[(table["metric"] == "gen") & (table["task"] != "all")].set_index("task")["acc"]
+    table["passes"] = table["task"].map(lambda t: bool(gen.get(t, float("nan")) >= min_acc))
+    return TaskScreen(table, per_example, float(min_acc), [t for t in evals if gen[t] >= min_acc])

@@ -16,7 +16,9 @@ from interplab.probes.decodeshare.estimator import (
 from interplab.probes.decodeshare.model import collect_decode_states_multi, collect_prefill_states
 from interplab.probes.decodeshare.subspaces import angle_summary, principal_angles
 from interplab.core.errors import InputError
-from interplab.probes.decodeshare.tasks import TaskSet, multitask_sets, resolve_format
+from interplab.probes.decodeshare.tasks import (
+    BUILTIN_DATA, TaskSet, multitask_sets, real_task_sets, resolve_format,
+)
 
 __all__ = ["LayerScan", "scan_layers"]
 
@@ -93,9 +95,12 @@ def scan_layers(model, cfg: DecodeShareLayersConfig, *, progress: Callable[[str]
     """Shared subspace at each layer of `cfg.layers` (paper and repo modes, every threshold of `cfg.tau_ks`) with
     nulls and decode-vs-prefill angles; decode states of all layers come from one generation pass.
     calib_sets: your own calibration TaskSets (`user_task_sets(...)[0]`; the first `cfg.n_calib` prompts of each
-    task) instead of the organisms' `cfg.tasks`."""
+    task) instead of the organisms' `cfg.tasks`. cfg.data = 'real-tasks': the calibration split of the built-in
+    real-model tasks (`real_task_sets`, the same prompts `run_study` calibrates on)."""
     layers = (list(range(model.n_layers)) if cfg.layers == "all"
               else [resolve_layer(model, int(l)) for l in cfg.layers])
+    if calib_sets is None and cfg.data in BUILTIN_DATA:
+        calib_sets = real_task_sets(model, cfg.tasks, n_calib=cfg.n_calib, n_eval=0, seed=cfg.seed)[0]
     if calib_sets is not None:
         if len(calib_sets) < 2:
             raise InputError(f"DecodeShare needs at least two tasks; the data has {sorted(calib_sets)}")

@@ -47,30 +47,87 @@ def _task_vector(model, cfg: DecodeShareConfig, layer: int, fmt: str) -> np.ndar
     return st[dst].mean(0) - st[src].mean(0)
 
 
-def steering_study(model, cfg: DecodeShareConfig, layer: int, ss: SharedSubspace, fmt: str,
-                   say: Callable[[str], None] = lambda msg: None) -> SteeringOverlap:
-    """Add lam * v to steer_from prompts (boundary + decode positions) and measure the rate of steer_to answers
-    (exact match), the source-task accuracy, and the teacher-forced margin shift log p(to-answer) -
-    log p(from-answer) vs unsteered, for v and its repaired version (I - Q Q^T) v rescaled to ||v||."""
-    from interplab.interventions import Steer
+@dataclass
+class _SteerEval:
+    """What the steering loop scores: the steer_from prompts, their [from answer, to answer] forced-choice pairs,
+    and the two generation scorers (rate of `to` answers, kept `from` accuracy) as functions of the edits."""
+    prompts: list
+    cands: list
+    to_rate: Callable
+    from_acc: Callable
 
+
+def _toy_setup(model, cfg: DecodeShareConfig, layer: int, fmt: str) -> tuple[np.ndarray, _SteerEval]:
     src, dst = cfg.steer_from, cfg.steer_to
     if src not in SEQ_TASKS or dst not in SEQ_TASKS or src == dst:
         raise ConfigError(f"steer_from/steer_to must be two different sequence tasks of {SEQ_TASKS}")
     v = _task_vector(model, cfg, layer, fmt)
-    v_rep = repair_vector(v, ss.basis, 1.0, rescale=True)
-    sh = steering_overlap(v, ss.basis)
-    sh_rand = float(np.mean([steering_overlap(v, haar_basis(ss.d, ss.k_s, seed=s)) for s in range(20)]))
     vocab = model.tokenizer.get_vocab()
     evals = multitask_sets(model, [src], cfg.n_eval, seed=cfg.seed + 22, split="test", fmt=fmt)[src]
     targets = [[vocab[f"s{i}"] for i in transform(dst, x, 16)] for x in evals.inputs]
+    kw = dict(max_new_tokens=cfg.eval_max_new_tokens, batch_size=cfg.batch_size, stop_tokens=[evals.stop])
+    return v, _SteerEval(
+        evals.prompts, [[a + [evals.stop], t + [evals.stop]] for a, t in zip(evals.answers, targets)],
+        lambda e: generate_exact_match(model, evals.prompts, targets, edits=e, **kw).correct,
+        lambda e: generate_exact_match(model, evals.prompts, evals.answers, edits=e, **kw).correct)
+
+
+def _real_setup(model, cfg: DecodeShareConfig, layer: int) -> tuple[np.ndarray, _SteerEval]:
+    """The built-in real-model tasks (data=real-tasks): v = mean decode state of steer_to prompts minus that of
+    steer_from prompts on the same subjects (the calibration split's nouns); evaluated on the held-out steer_from
+    prompts, whose steer_to answer is known (`decode_tasks.matched_rows`)."""
+    from interplab.data.decode_tasks import STEER_PAIRS, matched_rows
+    from interplab.probes.decodeshare.tasks import encode_rows, real_task_sets, reply_correct
+
+    src, dst = cfg.steer_from, cfg.steer_to
+    if (src, dst) not in STEER_PAIRS:
+        raise ConfigError(f"steer_from/steer_to on the real-model tasks must share subjects: one of "
+                          f"{sorted(STEER_PAIRS)}; got {src!r} -> {dst!r}")
+    calib, evals = real_task_sets(model, [src], n_calib=cfg.n_calib, n_eval=cfg.n_eval, seed=cfg.seed)
+    (cs, ce), stop = (calib[src], evals[src]), calib[src].stop
+    c_pairs = matched_rows(cs.examples, dst, seed=cfg.seed)
+    matched = encode_rows(model, [d for _, d in c_pairs], stop)
+    keep = {r.subject for r, _ in c_pairs}
+    src_prompts = [p for r, p in zip(cs.examples, cs.prompts) if r.subject in keep]
+    st = collect_decode_states(model, {src: src_prompts, dst: matched.prompts}, layer=layer,
+                               max_new_tokens=cfg.calib_max_new_tokens, seed=cfg.seed, batch_size=cfg.batch_size)
+    v = st[dst].mean(0) - st[src].mean(0)
+    e_pairs = matched_rows(ce.examples, dst, seed=cfg.seed)
+    idx = [i for i, r in enumerate(ce.examples) if r.subject in {a.subject for a, _ in e_pairs}]
+    prompts = [ce.prompts[i] for i in idx]
+    to_parse = [(d.answer, d.echo, d.pool) for _, d in e_pairs]
+    from_parse = [ce.parse[i] for i in idx]
+    tok = model.tokenizer
+    cands = [[ce.answers[i] + [stop], list(tok(d.answer, add_special_tokens=False)["input_ids"]) + [stop]]
+             for i, (_, d) in zip(idx, e_pairs)]
+    kw = dict(max_new_tokens=cfg.eval_max_new_tokens, batch_size=cfg.batch_size, stop_tokens=[stop])
+
+    def rate(parse):
+        return lambda e: reply_correct(ce, generate_exact_match(model, prompts, [[]] * len(prompts), edits=e,
+                                                                **kw).texts, None, parse=parse)
+    return v, _SteerEval(prompts, cands, rate(to_parse), rate(from_parse))
+
+
+def steering_study(model, cfg: DecodeShareConfig, layer: int, ss: SharedSubspace, fmt: str,
+                   say: Callable[[str], None] = lambda msg: None, *, real: bool = False) -> SteeringOverlap:
+    """Add lam * v to steer_from prompts (boundary + decode positions) and measure the rate of steer_to answers
+    (exact match; parsed replies on the real-model tasks), the source-task accuracy, and the teacher-forced
+    margin shift log p(to-answer) - log p(from-answer) vs unsteered, for v and its repaired version
+    (I - Q Q^T) v rescaled to ||v||. real: the built-in real-model tasks (`_real_setup`) instead of the
+    organisms' sequence tasks."""
+    from interplab.interventions import Steer
+
+    src, dst = cfg.steer_from, cfg.steer_to
+    v, ev = _real_setup(model, cfg, layer) if real else _toy_setup(model, cfg, layer, fmt)
+    v_rep = repair_vector(v, ss.basis, 1.0, rescale=True)
+    sh = steering_overlap(v, ss.basis)
+    haar_sh = [steering_overlap(v, haar_basis(ss.d, ss.k_s, seed=s)) for s in range(200 if real else 20)]
+    sh_rand = float(np.mean(haar_sh))
     site = f"resid_post.{layer}"
 
     def boundary(ctx):
         return ctx.positions >= (ctx.prompt_lengths[:, None] - 1)
 
-    cands = [[a + [evals.stop], t + [evals.stop]] for a, t in zip(evals.answers, targets)]
-    gen_kw = dict(max_new_tokens=cfg.eval_max_new_tokens, batch_size=cfg.batch_size, stop_tokens=[evals.stop])
     rows, base_margin = [], None
     for lam in [0.0] + [float(x) for x in cfg.steer_scales]:
         for name, vec in (("v", v), ("repaired", v_rep)):
@@ -78,16 +135,16 @@ def steering_study(model, cfg: DecodeShareConfig, layer: int, ss: SharedSubspace
                 continue
             say(f"steering {name} x {lam}")
             e = Steer(site, vec, positions=boundary, scale=lam)
-            g = generate_exact_match(model, evals.prompts, targets, edits=[e], **gen_kw)
-            keep = generate_exact_match(model, evals.prompts, evals.answers, edits=[e], **gen_kw)
-            fc = score_forced_choice(model, evals.prompts, cands, edits=[e], batch_size=cfg.batch_size * 4)
+            to_ok = np.asarray(ev.to_rate([e]), float)
+            keep = np.asarray(ev.from_acc([e]), float)
+            fc = score_forced_choice(model, ev.prompts, ev.cands, edits=[e], batch_size=cfg.batch_size * 4)
             margin = fc.logprobs[:, 1] - fc.logprobs[:, 0]  # log p(to-answer) - log p(from-answer)
             if base_margin is None:
                 base_margin = margin
-            m_, lo, hi = bootstrap_ci(g.correct.astype(float), B=cfg.n_boot, seed=cfg.seed)
+            m_, lo, hi = bootstrap_ci(to_ok, B=cfg.n_boot, seed=cfg.seed)
             ms, mlo, mhi = bootstrap_ci(margin - base_margin, B=cfg.n_boot, seed=cfg.seed)
             rows.append({"vector": "none" if lam == 0 else name, "scale": lam, "effect": m_, "lo": lo, "hi": hi,
-                         "src_acc": keep.accuracy, "margin_shift": ms, "margin_lo": mlo, "margin_hi": mhi})
+                         "src_acc": float(keep.mean()), "margin_shift": ms, "margin_lo": mlo, "margin_hi": mhi})
     df = pd.DataFrame(rows)
     base = df[df["scale"] == 0.0]
     df = pd.concat([base.assign(vector="v"), base.assign(vector="repaired"), df[df["scale"] > 0]],
@@ -95,4 +152,9 @@ def steering_study(model, cfg: DecodeShareConfig, layer: int, ss: SharedSubspace
     df.attrs["effect_label"] = f"rate of '{dst}' answers on '{src}' prompts"
     info = {"sh_v": sh, "sh_v_haar_mean": sh_rand, "sqrt_k_over_d": float(np.sqrt(ss.k_s / ss.d)),
             "norm_v": float(np.linalg.norm(v)), "from": src, "to": dst, "k_s": ss.k_s}
+    if real:
+        # the overlap's null: the share of v in 200 Haar subspaces of the same size (one-sided, +1 corrected)
+        info["sh_v_haar_q95"] = float(np.quantile(haar_sh, 0.95))
+        info["p_sh_v_vs_haar"] = float((1 + sum(h >= sh for h in haar_sh)) / (1 + len(haar_sh)))
+        info["n_eval"] = len(ev.prompts)
     return SteeringOverlap(df, info)

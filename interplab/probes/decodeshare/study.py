@@ -31,7 +31,7 @@ from interplab.probes.decodeshare.steering import SteeringOverlap, steering_stud
 from interplab.probes.decodeshare.subspaces import (
     alpha_matched_control, angle_summary, energy_pool, haar_basis, k_matched_control, principal_angles,
 )
-from interplab.probes.decodeshare.tasks import TaskSet, multitask_sets, resolve_format
+from interplab.probes.decodeshare.tasks import BUILTIN_DATA, TaskSet, multitask_sets, real_task_sets, resolve_format
 
 __all__ = ["CalibrationStates", "calibration_states", "SubspaceEstimate", "estimate_subspaces", "DecodeShareStudy",
            "run_study", "study_patchback"]
@@ -145,7 +145,8 @@ def _subset(ts: TaskSet, n: int) -> TaskSet:
     from dataclasses import replace
 
     return replace(ts, prompts=ts.prompts[:n], answers=ts.answers[:n], fc_cands=ts.fc_cands[:n],
-                   fc_gold=ts.fc_gold[:n], fc_equiv=ts.fc_equiv[:n], inputs=ts.inputs[:n], examples=ts.examples[:n])
+                   fc_gold=ts.fc_gold[:n], fc_equiv=ts.fc_equiv[:n], inputs=ts.inputs[:n], examples=ts.examples[:n],
+                   parse=None if ts.parse is None else ts.parse[:n])
 
 
 def run_study(model, cfg: DecodeShareConfig, *, progress: Callable[[str], None] | None = None,
@@ -154,18 +155,24 @@ def run_study(model, cfg: DecodeShareConfig, *, progress: Callable[[str], None] 
 
     sets: (calibration, evaluation) TaskSets of your own data (`user_task_sets`) instead of the organisms'
     multitask data; cfg.tasks is then replaced by their tasks, n_calib / n_eval cap the prompts per task, and the
-    parts that need the toy tasks (steer, ranking) are skipped."""
+    parts that need the toy tasks (steer, ranking) are skipped. cfg.data = 'real-tasks' builds the sets from the
+    built-in real-model tasks (`real_task_sets`; cfg.tasks among `decode_tasks.REAL_TASKS`), whose steering part
+    runs on a matched task pair (`steer_from`/`steer_to`, e.g. first_letter -> plural)."""
     say = progress or (lambda msg: None)
     cfg.validate()
     fmt = resolve_format(cfg.model, cfg.format)
     L = resolve_layer(model, cfg.layer)
     say(f"calibration states at layer {L}")
+    real = cfg.data in BUILTIN_DATA
+    if sets is None and real:
+        sets = real_task_sets(model, cfg.tasks, n_calib=cfg.n_calib, n_eval=cfg.n_eval, seed=cfg.seed)
     if sets is not None:
         from dataclasses import replace
 
         calib_sets, eval_sets = sets
+        skip = ("ranking",) if real else ("steer", "ranking")
         cfg = replace(cfg, tasks=[t for t in calib_sets if t in eval_sets],
-                      parts=[p for p in cfg.parts if p not in ("steer", "ranking")])
+                      parts=[p for p in cfg.parts if p not in skip])
         evals = {t: _subset(eval_sets[t], cfg.n_eval) for t in cfg.tasks}
     else:
         calib_sets = None
@@ -218,7 +225,8 @@ def _run_sections(ctx: _Context, study: DecodeShareStudy, states: CalibrationSta
     if "alpha" in parts:
         study.alpha_sweep = _alpha_sweep(ctx, ss, bases["haar"].basis, e_states)
     if "steer" in parts:
-        study.steering = steering_study(ctx.model, cfg, ctx.layer, ss, ctx.fmt, ctx.say)
+        study.steering = steering_study(ctx.model, cfg, ctx.layer, ss, ctx.fmt, ctx.say,
+                                        real=cfg.data in BUILTIN_DATA)
     if "patchback" in parts:
         study.patchback = study_patchback(ctx.model, ctx.evals, bases, layer=ctx.layer, windows=cfg.patch_windows,
                                           max_new_tokens=cfg.eval_max_new_tokens, batch_size=cfg.batch_size,

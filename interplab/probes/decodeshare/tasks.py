@@ -9,7 +9,11 @@ import numpy as np
 
 from interplab.core.errors import ConfigError, InputError
 
-__all__ = ["SEQ_TASKS", "ALL_TASKS", "TaskSet", "resolve_format", "multitask_sets", "user_task_sets"]
+__all__ = ["SEQ_TASKS", "ALL_TASKS", "TaskSet", "resolve_format", "multitask_sets", "user_task_sets",
+           "real_task_sets", "reply_correct", "encode_rows", "BUILTIN_DATA"]
+
+# data= names of the built-in real-model task sets (the rest of data= values are user files)
+BUILTIN_DATA = ("real-tasks",)
 
 SEQ_TASKS = ("copy", "rev", "sort", "inc")
 ALL_TASKS = ("copy", "rev", "sort", "inc", "mc")
@@ -22,7 +26,10 @@ class TaskSet:
     prompts: prompt token ids; answers: answer ids without the stop token; stop: the stop-token id;
     fc_cands [n][C]: forced-choice candidates as full answers (ids incl. the stop token); fc_gold [n]: index of the
     gold candidate; fc_equiv [n, C]: candidate equals the gold answer (handles coinciding transforms, e.g. sorted
-    inputs); inputs: the input symbol indices; examples: the Example objects."""
+    inputs); inputs: the input symbol indices; examples: the Example objects (or data rows).
+    parse [n] (real-model tasks): (gold text, echo, answer pool) per example; a generated reply is then correct when
+    the pool answer it names first, echoes of the subject skipped, is the gold (`reply_correct`), not when its
+    tokens equal the answer's."""
     task: str
     prompts: list
     answers: list
@@ -32,6 +39,7 @@ class TaskSet:
     fc_equiv: np.ndarray
     inputs: list
     examples: list = field(default_factory=list)
+    parse: list | None = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -175,4 +183,66 @@ def user_task_sets(model, records, *, seed: int = 0) -> tuple[dict[str, TaskSet]
             ts = TaskSet(task, prompts, answers, int(stop), fc, gold, equiv, [[] for _ in idx],
                          [trs[i] for i in idx])
             (calib if side == "calib" else evals)[task] = ts
+    return calib, evals
+
+
+def reply_correct(ts: TaskSet, texts: Sequence[str], token_correct, parse: list | None = None) -> np.ndarray:
+    """Per-example correctness of generated replies: the parsed answer (`parse`, default ts.parse) against its gold
+    when the set has one, else `token_correct` (the token-level exact match of `generate_exact_match`)."""
+    from interplab.data.world_facts import first_named
+    from interplab.data.scoring import normalise_words
+
+    parse = ts.parse if parse is None else parse
+    if parse is None:
+        return np.asarray(token_correct, bool)
+    if len(parse) != len(texts):
+        raise InputError(f"{len(texts)} replies but {len(parse)} parse keys")
+    out = []
+    for text, (gold, echo, pool) in zip(texts, parse):
+        named = first_named(text, echo, pool)
+        out.append(named is not None and normalise_words(named) == normalise_words(gold))
+    return np.asarray(out, bool)
+
+
+def encode_rows(model, rows: list, stop: int) -> TaskSet:
+    """A TaskSet of `decode_tasks.DecodeRow`s of one task (chat-templated prompts, parsed replies)."""
+    from interplab.data.world_facts import chat_prompt
+
+    tok = model.tokenizer
+    # a chat template writes its own special tokens; a plain prompt takes the tokenizer's (Gemma's <bos>)
+    plain = not getattr(tok, "chat_template", None)
+    prompts = [list(tok(chat_prompt(r.message, tok), add_special_tokens=plain)["input_ids"]) for r in rows]
+    answers = [list(tok(r.answer, add_special_tokens=False)["input_ids"]) for r in rows]
+    fc = [[list(tok(c, add_special_tokens=False)["input_ids"]) + [stop] for c in r.choices] for r in rows]
+    gold = np.asarray([r.choices.index(r.answer) for r in rows])
+    equiv = np.asarray([[c == f[g] for c in f] for f, g in zip(fc, gold)], bool)
+    return TaskSet(rows[0].task, prompts, answers, int(stop), fc, gold, equiv, [[] for _ in rows], list(rows),
+                   parse=[(r.answer, r.echo, r.pool) for r in rows])
+
+
+def real_task_sets(model, tasks: Sequence[str], *, n_calib: int, n_eval: int, seed: int = 0,
+                   known: str | None = None) -> tuple[dict[str, TaskSet], dict[str, TaskSet]]:
+    """(calibration, evaluation) TaskSets of the built-in real-model tasks (`interplab.data.decode_tasks`): each
+    task's seeded rows, the first n_calib calibrating and the next n_eval evaluating (disjoint). Prompts are the
+    user message through the model's chat template (plain text ending in "Answer:" without one); replies are
+    parsed (`reply_correct`); forced choice scores each candidate followed by EOS. known: the closed-book filter of
+    the fact tasks (default: the model's shipped one, else every fact)."""
+    from interplab.data.decode_tasks import decode_task_rows
+    from interplab.data.world_facts import shipped_known
+
+    stop = model.eos_token_id
+    if stop is None:
+        raise InputError(f"{model.name} has no EOS token; DecodeShare's forced choice ends each candidate with it")
+    if known is None:
+        key = str(model.name).removeprefix("real:")
+        known = key if key in shipped_known() else ""
+    rows = decode_task_rows(list(tasks), known=known or None, seed=seed)
+    calib, evals = {}, {}
+    for task, rs in rows.items():
+        if len(rs) < n_calib + n_eval:
+            raise ConfigError(f"task {task!r} has {len(rs)} rows, fewer than n_calib + n_eval = {n_calib + n_eval}; "
+                              "lower them")
+        calib[task] = encode_rows(model, rs[:n_calib], stop)
+        if n_eval:   # 0: calibration only (the layer scan)
+            evals[task] = encode_rows(model, rs[n_calib:n_calib + n_eval], stop)
     return calib, evals

@@ -141,7 +141,8 @@ def _known_items(cfg, model) -> list[dict]:
     if cfg.known not in KNOWN_MODES:
         keep = load_known(cfg.known, facts).to_numpy()
     elif cfg.known == "shipped":
-        keep = load_known(getattr(cfg, "model", "") or getattr(cfg, "target", ""), facts).to_numpy()
+        keep = load_known(getattr(cfg, "model", "") or getattr(cfg, "target", "") or getattr(cfg, "base", ""),
+                          facts).to_numpy()
     elif cfg.known == "compute":
         keep = known_facts(model, facts, max_new_tokens=16)["known"].to_numpy()
     else:
@@ -201,6 +202,15 @@ class LineageExpConfig(ProbeRecipe):
     fmt: str = field(default="raw", metadata={"help": "the same prompts for all three models (repo: no template)"})
     n_permutations: int = 1000
     top_k_frac: float = field(default=0.25, metadata={"help": "top-k fraction (toy models have few heads)"})
+    data: str = field(default="", metadata={"help": "'' (CtxMem, the organisms' language) or 'world-facts' (the "
+                                                    "counterfactual world facts of truth-scores, the real-model "
+                                                    "data; every role reads the same items)"})
+    known: str = field(default="shipped", metadata={"help": "world-facts only: which facts ('shipped' = the base's "
+                                                            "filter; as in truth-scores)"})
+    distractors: bool = field(default=True, metadata={"help": "world-facts only: in-context distractor rows"})
+    n_facts: int = field(default=0, metadata={"help": "world-facts only: at most this many facts (0 = all kept)"})
+    n_null: int = field(default=20, metadata={"help": "world-facts only: label-permutation maps per role (each "
+                                                      "map's family-wise threshold)"})
     figure_formats: list[str] = _formats()
 
 
@@ -213,9 +223,18 @@ def lineage_experiment(cfg: LineageExpConfig, run) -> None:
     names = {"base": cfg.base, "descendant": cfg.descendant, "control": cfg.control}
     if not cfg.control:
         names.pop("control")
-    res = lineage_study({role: _load(name, cfg.backend) for role, name in names.items()}, names,
-                        recipe=cfg, n_samples=cfg.n_samples, data_seed=cfg.data_seed, fmt=cfg.fmt,
-                        top_k_frac=cfg.top_k_frac, n_permutations=cfg.n_permutations)
+    models = {role: _load(name, cfg.backend) for role, name in names.items()}
+    items = None
+    if cfg.data == WORLD_FACTS:
+        items = _known_items(cfg, models["base"])
+        items = items[:cfg.n_facts] if cfg.n_facts else items
+    elif cfg.data:
+        from interplab.core.errors import ConfigError
+
+        raise ConfigError(f"truth-lineage data must be '' (CtxMem) or {WORLD_FACTS!r}; got {cfg.data!r}")
+    res = lineage_study(models, names, recipe=cfg, n_samples=cfg.n_samples, data_seed=cfg.data_seed, fmt=cfg.fmt,
+                        top_k_frac=cfg.top_k_frac, n_permutations=cfg.n_permutations, items=items,
+                        n_null=cfg.n_null)
     run.save_result("lineage", res)
     run.save_json("summary", res.summary())
     fmts = cfg.figure_formats

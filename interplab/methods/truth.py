@@ -32,6 +32,10 @@ METHOD = MethodSpec(
         # no shipped filter for Gemma (a base model, no chat template: it reads the plain message): the facts
         # SmolLM2 knows, so both maps read the same facts
         "model=real:gemma-3-270m": ("data=world-facts", "known=smollm2-135m-instruct")},
+        # the descendant is a fine-tune made here (docs/truth_scores.md "Lineage"); no released 135M relative
+        # of another lineage has SmolLM2's head grid, so the control is the within-layer permutation null
+        "truth-lineage": {
+            "base=real:smollm2-135m-instruct": ("data=world-facts", "control=")},
         "truth-gating-sweep": {
             "target=real:smollm2-135m-instruct": ("data=world-facts", "score_source=self", "sites=z")}},
 )

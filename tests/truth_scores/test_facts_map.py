@@ -268,3 +268,26 @@ def test_a_model_without_chat_template_reads_the_plain_message_with_its_bos(bpe_
     assert ids[0] == tok.bos_token_id and prompt.endswith("\nAnswer:")
     assert tok.decode(ids, skip_special_tokens=True).endswith("Answer: " + it["memory_value"])
     assert tok.decode([ids[i] for i in ev]).strip() == it["context_value"]
+
+
+def test_world_facts_lineage_of_a_model_with_itself(tmp_path, bpe_ckpt):
+    """truth-lineage data=world-facts: every role reads the same items, so a model against itself correlates 1 and
+    keeps every weight."""
+    from interplab.experiments.registry import run_experiment
+    from interplab.results import load_run
+
+    path = run_experiment("truth-lineage", {"base": str(bpe_ckpt), "descendant": str(bpe_ckpt), "control": "",
+                                            "data": "world-facts", "known": "all", "n_facts": "24", "n_null": "2",
+                                            "distractors": "false", "folds": "2", "epochs": "30",
+                                            "n_permutations": "50",
+                                            "figure_formats": ""}, root=tmp_path)
+    res = load_run(path).result("lineage")
+    row = res.lineage.iloc[0]
+    assert np.ptp(res.base.scores.scores) > 0        # a constant map would make every correlation NaN
+    assert row["pair"] == "base↔descendant" and row["pearson"] == pytest.approx(1.0)
+    assert len(res.nulls["descendant"]) == 50 and 0 < row["perm_p"] <= 1   # (8 heads: the null is coarse)
+    assert res.base.scores.provenance["n_null"] == 2 and len(res.base.evidence_mass) == 2
+    assert res.weights_descendant["cos_OV"].min() == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="truth-lineage data"):
+        run_experiment("truth-lineage", {"base": str(bpe_ckpt), "descendant": str(bpe_ckpt), "control": "",
+                                         "data": "facts"}, root=tmp_path)

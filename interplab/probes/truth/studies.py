@@ -212,12 +212,35 @@ class LineageStudy(Result):
         return self.lineage
 
 
+def facts_organism(model, items: Sequence[Mapping], *, name: str = "", recipe: ProbeRecipe | None = None,
+                   data_seed: int = 0, top_k_frac: float = 0.25, n_null: int = 20) -> OrganismScores:
+    """`score_organism` on counterfactual world facts (`world_facts.counterfactual_items`): the map of
+    `facts_truth_map` (grouped folds, `n_null` label-permutation maps kept in the scores' provenance as the
+    family-wise threshold) with its evidence attention."""
+    from interplab.probes.truth.analysis import evidence_summary
+    from interplab.probes.truth.facts_map import fact_probe_rows, facts_truth_map
+    from interplab.probes.truth.scores import TruthScoresConfig
+
+    recipe = recipe or ProbeRecipe()
+    fm = facts_truth_map(model, fact_probe_rows(model, items, seed=data_seed),
+                         config=TruthScoresConfig(**recipe.probe_kwargs()), n_null=n_null, fold_seeds=())
+    summ = fm.summary()
+    fm.scores.provenance.update({"data": f"world facts, {len(items)} counterfactual items, seed {data_seed}",
+                                 "n_sig_maxt": summ["n_sig_maxt"], "null_max_threshold": summ["null_max_threshold"],
+                                 "n_null": n_null})
+    groups, rho = evidence_summary(fm.scores, fm.evidence_mass, k_frac=top_k_frac)
+    return OrganismScores(model=name or str(getattr(model, "name", "") or ""), scores=fm.scores,
+                          evidence_mass=fm.evidence_mass, evidence_groups=groups, rho_evidence=rho)
+
+
 def lineage_study(models: Mapping[str, object], names: Mapping[str, str] | None = None, *,
                   recipe: ProbeRecipe | None = None, n_samples: int = 292, data_seed: int = 0, fmt: str = "raw",
-                  top_k_frac: float = 0.25, n_permutations: int = 1000) -> LineageStudy:
+                  top_k_frac: float = 0.25, n_permutations: int = 1000, items: Sequence[Mapping] | None = None,
+                  n_null: int = 20) -> LineageStudy:
     """Score `models` {"base", "descendant"[, "control"]: LabModel} on the same prompts and compare base with each
     other role: lineage statistics, per-layer correlation, weight preservation vs score change.
-    names: role -> the name shown in tables (default: the models' own names)."""
+    names: role -> the name shown in tables (default: the models' own names). items: counterfactual world-fact
+    items (`facts_organism`, the real-model data; n_null label-permutation maps per role) instead of CtxMem."""
     from interplab.probes.truth.lineage import lineage_correlation, per_layer_correlation
     from interplab.probes.truth.weights import WP_COLUMNS, preservation_vs_score_change, weight_preservation
 
@@ -225,8 +248,12 @@ def lineage_study(models: Mapping[str, object], names: Mapping[str, str] | None 
     orgs = {}
     for role in [r for r in ("base", "descendant", "control") if r in models]:
         name = names.get(role) or str(getattr(models[role], "name", "") or role)
-        orgs[role] = score_organism(models[role], name=name, recipe=recipe, n_samples=n_samples,
-                                    data_seed=data_seed, fmt=fmt, top_k_frac=top_k_frac)
+        if items is not None:
+            orgs[role] = facts_organism(models[role], items, name=name, recipe=recipe, data_seed=data_seed,
+                                        top_k_frac=top_k_frac, n_null=n_null)
+        else:
+            orgs[role] = score_organism(models[role], name=name, recipe=recipe, n_samples=n_samples,
+                                        data_seed=data_seed, fmt=fmt, top_k_frac=top_k_frac)
         orgs[role].scores.model = f"{role}:{name}"
     base = orgs["base"].scores
     rows, nulls, curves, weights, wp_rows = [], {}, {}, {}, []

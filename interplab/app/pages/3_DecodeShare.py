@@ -42,6 +42,44 @@ with st.expander("Validation: a planted shared decode-time subspace (`validate-d
         st.dataframe(val.recovery_table(), hide_index=True, key="ds_val_table")
         show_figure(validation_bars(val.per_seed), key="ds_val_bars")
 
+with st.expander("On a real model: built-in chat tasks (`data=real-tasks`)"):
+    # saved runs only (a real-model study is tens of CPU minutes), whatever model is picked below
+    st.caption("Eight chat tasks built offline from public facts and word lists (capital, language, mc_capital, "
+               "first_letter, plural, antonym, yes_no, addition; interplab.data.decode_tasks), replies parsed for "
+               "the answer they name. `decodeshare-tasks` screens which the model answers; the study runs on those "
+               "at >= 60 %. Run them with `interplab run decodeshare-tasks` and `interplab run decodeshare --set "
+               "model=real:smollm2-135m-instruct --set layer=15` (docs/decodeshare.md, *On a real model*).")
+    from interplab.figures.decodeshare import steering_figure
+
+    screen = saved_result("decodeshare-tasks", "screen", "ds_real_screen", label="Saved task screen",
+                          hint=" --set model=real:smollm2-135m-instruct")
+    if screen is not None:
+        st.dataframe(screen.table[["task", "metric", "acc", "lo", "hi", "n", "passes"]].round(3), hide_index=True,
+                     key="ds_real_screen_table")
+    real_study = saved_result("decodeshare", "study", "ds_real_study", label="Saved study",
+                              hint=" --set model=real:smollm2-135m-instruct")
+    if real_study is not None:
+        inf = real_study.info
+        c = st.columns(4)
+        c[0].metric("layer", inf["layer"])
+        c[1].metric("|S| decode / k", f"{inf['k_s']} / {inf['k']}")
+        c[2].metric("|S| prefill", inf["k_s_prefill"])
+        c[3].metric("p (permutation null)", f"{inf['p_perm']:.3g}")
+        if real_study.table is not None:
+            c1, c2 = st.columns(2)
+            with c1:
+                show_figure(ablation_figure(real_study.table, metric="gen", title="Generation (exact match)"),
+                            key="ds_real_gen")
+            with c2:
+                show_figure(ablation_figure(real_study.table, metric="fc", title="Forced choice"), key="ds_real_fc")
+            st.caption("Shared removal minus each control, paired over the same examples (all tasks pooled):")
+            st.dataframe(real_study.shared_vs_controls.round(3), hide_index=True, key="ds_real_vs")
+        if real_study.steering is not None:
+            si = real_study.steering.info
+            st.caption(f"Steering {si['from']} -> {si['to']}: share of the task vector in the shared subspace "
+                       f"{si['sh_v']:.3f} (random subspaces of the same size: {si['sh_v_haar_mean']:.3f}).")
+            show_figure(steering_figure(real_study.steering.table), key="ds_real_steer")
+
 picked = page_model("ds", page="decodeshare", suggested="toy-chat", fits=lambda n: n.startswith("toy-"))
 name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
 
@@ -58,8 +96,9 @@ vocab = model.tokenizer.get_vocab()
 if not all(w in vocab for w in ("sep", "copy", "s0")):
     st.info("This page needs a multitask-decode organism (`zoo:toy-chat` or `zoo:toy-base`; build one with "
             "`interplab zoo train toy-chat`): its prompts use the toy vocabulary (`copy s3 s1 sep`). "
-            f"`{name}` does not have it. On any other model (a real one included) run your own tasks from a file "
-            "(task, prompt, answer) in *Your data* above: that runs the `decodeshare` experiment on it.")
+            f"`{name}` does not have it. On a real chat model run the built-in chat tasks (`interplab run "
+            "decodeshare --set data=real-tasks --set tasks=capital,plural,...`; saved runs open in *On a real "
+            "model* above), or your own tasks from a file (task, prompt, answer) in *Your data* above.")
     st.stop()
 
 with st.sidebar:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from interplab.core.errors import ConfigError
+from interplab.core.errors import ConfigError, InterplabError
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 
@@ -42,6 +42,10 @@ class FactLensExpConfig:
     n_splits: int = field(default=200, metadata={"help": "random half splits of the pairs"})
     min_span: float = field(default=1.0, metadata={"help": "pairs whose clean - corrupt logit difference is below "
                                                            "this are left out of the patching aggregates"})
+    truth_map: str = field(default="shipped", metadata={"help": "a Truth-Score map to compare the head maps with: "
+                                                               "'shipped' (the committed world-facts truth-scores "
+                                                               "run of this model, if there is one), a truth-scores "
+                                                               "run folder, or '' (none)"})
     batch_size: int = field(default=32, metadata={"help": "patched copies of a prompt per forward"})
     device: str = field(default="cpu", metadata={"help": "device"})
     dtype: str = field(default="float32", metadata={"help": "model dtype"})
@@ -90,6 +94,61 @@ def build_pairs(cfg: FactLensExpConfig, model) -> tuple[list, dict]:
     return pairs, {"data": "world facts (interplab.data.fact_pairs)", "known": cfg.known, "n_known_facts": n_known}
 
 
+def _same_model(a: str, b: str) -> bool:
+    from interplab.models.real import PREFIX, real_model
+
+    def key(name: str) -> str:
+        try:
+            return real_model(name).name if name.startswith(PREFIX) else name
+        except InterplabError:
+            return name
+
+    return key(a) == key(b)
+
+
+def truth_map(cfg: FactLensExpConfig, shape: tuple[int, int]):
+    """(Truth-Score map [L, H], where it came from) for `cfg.truth_map`, or (None, why not). 'shipped' looks for a
+    committed truth-scores run of this model on world facts with distractors (results/truth-scores-<model>/); a
+    folder must be a truth-scores run (its facts_map or truth_scores result) of a model with this head grid."""
+    import json
+    from pathlib import Path
+
+    from interplab.results import load_run
+    from interplab.results.runs import shipped_runs
+
+    if not cfg.truth_map:
+        return None, "not asked for (truth_map='')"
+    if cfg.truth_map == "shipped":
+        found = []
+        for d in shipped_runs("truth-scores"):
+            c = json.loads((d / "config.json").read_text()).get("config", {})
+            if (d / "facts_map").is_dir() and c.get("distractors") and _same_model(c.get("model", ""), cfg.model):
+                found.append(d)
+        if not found:
+            return None, f"no committed world-facts truth-scores run of {cfg.model} (run truth-scores on it)"
+        run_dir = found[-1]
+    else:
+        run_dir = Path(cfg.truth_map).expanduser()
+        if not run_dir.is_dir():
+            raise ConfigError(f"truth_map={cfg.truth_map!r}: no such run folder (give a truth-scores run, "
+                              "'shipped' or '')")
+    run = load_run(run_dir)
+    name = next((n for n in ("facts_map", "truth_scores") if n in run.result_names), None)
+    if name is None:
+        raise ConfigError(f"truth_map={str(run_dir)!r} holds no Truth-Score map (facts_map or truth_scores result); "
+                          "give a truth-scores run folder")
+    res = run.result(name)
+    m = (res.scores if name == "facts_map" else res).scores
+    if tuple(m.shape) != tuple(shape):
+        raise ConfigError(f"truth_map={str(run_dir)!r} is a {m.shape[0]} x {m.shape[1]} map; this model has "
+                          f"{shape[0]} x {shape[1]} heads: give a run of the same model")
+    try:
+        rel = str(run_dir.resolve().relative_to(Path(__file__).resolve().parents[2]))
+    except ValueError:
+        rel = str(run_dir)
+    return m, rel
+
+
 @register_experiment("lenses-facts", config=FactLensExpConfig,
                      help="Logit lens, activation and attribution patching and DLA over many clean / corrupt "
                           "world-fact pairs, with bootstrap intervals over pairs and top-head stability.")
@@ -129,6 +188,10 @@ def lenses_facts(cfg: FactLensExpConfig, run) -> None:
     if "attn_z" in cfg.sites:
         agreement.append({"map": "patching vs dla", **study.map_agreement()})
     run.save_table("agreement", pd.DataFrame(agreement))
+    tmap, tsource = truth_map(cfg, (study.n_layers, study.n_heads))
+    maps = study.head_agreement({"truth": tmap} if tmap is not None else None)
+    run.save_table("map_agreement", maps)
+    run.save_json("map_agreement", {"truth_map": tsource, "rows": maps.to_dict(orient="records")})
     for k in kinds:
         save_figure(run, f"top{cfg.top_k}_frequency_{k}", head_frequency_figure(
             study.top_k_frequency(k), k=study_cfg.top_k, n_kv_heads=study.n_kv_heads,

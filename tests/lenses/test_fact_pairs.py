@@ -182,6 +182,38 @@ def test_top_head_stability_finds_a_planted_head_and_not_noise():
         _synthetic(planted[:, :, :5], noise)
 
 
+def test_head_agreement_finds_a_map_that_names_the_same_heads_and_not_an_unrelated_one():
+    rng = np.random.default_rng(1)
+    n, L, H = 30, 5, 6
+    truth = rng.normal(size=(L, H))
+    planted = np.abs(truth)[None] + rng.normal(0, 0.3, size=(n, L, H))   # patching follows |truth|, noisily
+    st = _synthetic(planted, rng.normal(0, 1, size=(n, L, H)), top_k=3, n_boot=300)
+    ag = st.head_agreement({"truth": np.abs(truth), "unrelated": rng.normal(size=(L, H))}).set_index(["map_a", "map_b"])
+    hit = ag.loc[("patching", "truth")]
+    assert hit["rho"] > 0.8 and hit["rho_lo"] > 0.6 and hit["p_perm"] < 0.01 and hit["rho_lo"] <= hit["rho"] <= hit["rho_hi"]
+    miss = ag.loc[("patching", "unrelated")]
+    assert miss["rho_lo"] < 0 < miss["rho_hi"] and miss["p_perm"] > 0.01
+    assert hit["chance_overlap"] == pytest.approx(3 / 30) and hit["n_pairs"] == n
+    assert len(ag) == 6                                   # patching, dla, truth, unrelated: every pair once
+    with pytest.raises(ShapeError):
+        st.head_agreement({"truth": truth[:, :5]})
+
+
+def test_lenses_facts_finds_the_shipped_truth_map_of_the_same_model_only():
+    from interplab.core.errors import ConfigError
+    from interplab.experiments.lenses_facts import FactLensExpConfig, truth_map
+
+    m, src = truth_map(FactLensExpConfig(model="real:smollm2-135m-instruct"), (30, 9))
+    assert m.shape == (30, 9) and src.startswith("results/truth-scores-smollm2/")
+    assert truth_map(FactLensExpConfig(model="real:smollm2-135m-instruct", truth_map=""), (30, 9))[0] is None
+    none, why = truth_map(FactLensExpConfig(model="zoo:toy-chat"), (4, 4))
+    assert none is None and "no committed" in why
+    with pytest.raises(ConfigError, match="heads"):
+        truth_map(FactLensExpConfig(model="x", truth_map=src), (4, 4))
+    with pytest.raises(ConfigError, match="no such run folder"):
+        truth_map(FactLensExpConfig(model="x", truth_map="/nonexistent/run"), (4, 4))
+
+
 def test_lenses_facts_experiment_on_a_random_gpt2(checkpoint_factory, tmp_path):
     from interplab.experiments import run_experiment
     from interplab.results import load_run
@@ -209,6 +241,8 @@ def test_lenses_facts_experiment_on_a_random_gpt2(checkpoint_factory, tmp_path):
         assert (path / "figures" / "dla_heads.html").is_file()
         assert (path / "tables" / "resid_roles.csv").is_file() and (path / "tables" / "agreement.csv").is_file()
         assert (path / "figures" / "patching_heads.html").is_file()
+        ag = pd.read_csv(path / "tables" / "map_agreement.csv")      # a random GPT-2 has no shipped truth map
+        assert list(zip(ag["map_a"], ag["map_b"])) == [("patching", "dla")]
 
 
 def test_fact_study_figures():

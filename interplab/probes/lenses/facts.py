@@ -333,6 +333,61 @@ class FactLensStudy(Result):
         rho = spearman(a, b) if np.isfinite(a).all() and np.ptp(a) > 0 and np.ptp(b) > 0 else float("nan")
         return MapAgreement(k=k, overlap=ov, rho=float(rho), chance_overlap=k / a.size)
 
+    def head_agreement(self, external: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+        """How far the head maps name the same heads, with intervals (the atlas's agreement over many pairs).
+
+        Maps: |mean patching| and |mean DLA| over the included pairs (patching only when attn_z was swept) and each
+        `external` [L, H] map read as it is (e.g. a Truth-Score map: higher = more truth-tracking). One row per
+        pair of maps: Spearman ρ over heads with a percentile bootstrap interval over *pairs* (the study's maps are
+        recomputed on each resample; an external map stays fixed: its own uncertainty is not in the interval), a
+        two-sided head-permutation p (`stats.spearman_interval`), the top-k overlap with its bootstrap interval and
+        the overlap two random k-sets have in expectation (k / n_heads)."""
+        from interplab.probes.stats import pearson, rankdata, spearman_interval
+
+        L, H = self.n_layers, self.n_heads
+        own = [k for k in HEAD_MAPS if k == "dla" or "attn_z" in self.config.sites]
+        ext = {}
+        for name, m in (external or {}).items():
+            m = np.asarray(getattr(m, "scores", m), dtype=np.float64)
+            if m.shape != (L, H):
+                raise ShapeError(f"external head map {name!r} has shape {m.shape}, the model has ({L}, {H})")
+            ext[name] = m.ravel()
+        n = int(self.included.sum())
+        if n == 0:
+            return pd.DataFrame(columns=["map_a", "map_b", "rho", "rho_lo", "rho_hi", "p_perm", "k", "overlap",
+                                         "overlap_lo", "overlap_hi", "chance_overlap", "n_pairs"])
+        idx = self._boot_idx(n, 5)
+        full, boot = {}, {}
+        with np.errstate(invalid="ignore"), _quiet():
+            for k in own:
+                v = self.head_values(k).reshape(n, L * H)
+                full[k] = np.abs(np.nanmean(v, 0))
+                boot[k] = np.abs(np.nanmean(v[idx], 1))                      # [B, L*H]
+        for name, m in ext.items():
+            full[name], boot[name] = m, np.broadcast_to(m, (idx.shape[0], m.size))
+        k_top = min(int(self.config.top_k), L * H)
+        q = (1 - self.config.level) / 2
+
+        def top(x):                                                          # [..., L*H] -> [..., k] indices
+            return np.argsort(-x, axis=-1, kind="stable")[..., :k_top]
+
+        rows = []
+        names = list(full)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                si = spearman_interval(full[a], full[b], B=200, n_perm=int(self.config.n_boot), seed=int(self.config.seed))
+                rb = pearson(rankdata(boot[a]), rankdata(boot[b]))
+                rb = rb[np.isfinite(rb)]
+                ta, tb = top(boot[a]), top(boot[b])
+                ov_b = np.array([len(set(x) & set(y)) for x, y in zip(ta, tb)]) / k_top
+                rows.append(dict(map_a=a, map_b=b, rho=si.rho,
+                                 rho_lo=float(np.quantile(rb, q)) if rb.size else float("nan"),
+                                 rho_hi=float(np.quantile(rb, 1 - q)) if rb.size else float("nan"), p_perm=si.p,
+                                 k=k_top, overlap=len(set(top(full[a])) & set(top(full[b]))) / k_top,
+                                 overlap_lo=float(np.quantile(ov_b, q)), overlap_hi=float(np.quantile(ov_b, 1 - q)),
+                                 chance_overlap=k_top / (L * H), n_pairs=n))
+        return pd.DataFrame(rows)
+
     def attribution_summary(self) -> pd.DataFrame:
         """Per site and method, over the included pairs: the median per-pair Spearman ρ of attribution vs exact
         patching with a percentile bootstrap interval of the median (lo, hi), the mean with its bootstrap interval

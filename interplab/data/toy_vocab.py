@@ -78,3 +78,18 @@ def toy_vocab() -> dict[str, int]:
     for w in (*SPECIAL_TOKENS, *toy_words()):
         vocab.setdefault(w, len(vocab))
     return vocab
+
+
+_TOY_PROBE = ("ctx", "e25", "v3", "e7", "v17")
+
+
+def speaks_toy_vocab(tok) -> bool:
+    """True for a tokenizer that reads the organisms' toy vocabulary word by word (each of `ctx`, `e25`, `v3`, ...
+    one known token). A BPE tokenizer spells `v1 v2` too, in pieces, so "no unknown token" is not enough: on
+    SmolLM2 the CtxMem pair was organism text, and its top-1 was a newline (issue 25 §4)."""
+    unk = getattr(tok, "unk_token_id", None)
+    for w in _TOY_PROBE:
+        ids = tok(w, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1 or ids[0] == unk:
+            return False
+    return True

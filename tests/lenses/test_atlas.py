@@ -4,6 +4,7 @@ heads planted, a wrong pair) must not; agreement statistics are checked against 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -260,3 +261,41 @@ def test_the_atlas_experiment_config_is_an_atlas_config():
     a = cfg.atlas_config()
     assert type(a) is AtlasConfig and (a.n_perm, a.batch_size, a.direction_layer) == (500, 8, 2)
     assert AtlasExperimentConfig().atlas_config().direction_layer is None
+
+
+# ------------------------------------------------------------------------------- a real model's built-in atlas data
+def _real_stub(name: str = "real:smollm2-135m-instruct"):
+    """What the atlas parts read of a real model's inputs: its name, tokenizer and EOS (no weights are loaded)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from interplab.models import real
+
+    if not real.is_installed(real.real_model(name)):
+        pytest.skip(f"{name} is not installed (`bash scripts/setup.sh install` installs the real models)")
+    tok = AutoTokenizer.from_pretrained(str(real.checkpoint_for(name)))
+    return SimpleNamespace(name=name, tokenizer=tok, eos_token_id=tok.eos_token_id)
+
+
+def test_a_real_model_reads_world_facts_and_chat_tasks_not_the_toy_vocabulary():
+    from interplab.data.toy_vocab import speaks_toy_vocab
+    from interplab.data.world_facts import load_facts, load_known
+    from interplab.probes.atlas_contract import AtlasContext
+    from interplab.probes.decodeshare.atlas_part import PART as DS
+    from interplab.probes.truth.atlas_part import PART as TRUTH
+
+    m = _real_stub()
+    assert not speaks_toy_vocab(m.tokenizer)
+    ctx = AtlasContext(n_items=60, n_decode=4, seed=0)
+    rows = TRUTH.inputs(m, ctx)["truth_items"]
+    assert len(rows) == 60 and sum(r["label"] for r in rows) == 20       # 20 facts x (context, memory, distractor)
+    by_fact = pd.DataFrame(rows).groupby("index")["candidate_kind"].apply(sorted)
+    assert (by_fact.apply(tuple) == ("context", "distractor", "memory")).all()
+    facts = load_facts()
+    known = set(facts[load_known(m.name, facts)]["subject"])
+    text = m.tokenizer.decode(rows[0]["text"])
+    assert text.startswith("<|im_start|>") and any(s in text for s in known)   # chat-templated, a known fact
+    ds = DS.inputs(m, ctx)
+    assert len(ds["decode_prompts"]) == 6 and all(len(p) == 4 for p in ds["decode_prompts"].values())
+    assert m.tokenizer.decode(next(iter(ds["decode_prompts"].values()))[0]).startswith("<|im_start|>")

@@ -1,6 +1,7 @@
 """DecodeShare in the atlas (`interplab.probes.atlas_contract`): the decode-shared subspace (decodeshare.md
-Algorithm 1) at resid_post.L from multitask decode prompts (or a decodeshare validation organism's tasks, or the
-user's file), and its largest principal angle to the organism's planted P. Found through `interplab.methods`."""
+Algorithm 1) at resid_post.L from multitask decode prompts (a model whose vocabulary has no toy words, a real model,
+reads the built-in chat tasks of `decodeshare --set data=real-tasks` instead; or a decodeshare validation organism's
+tasks, or the user's file), and its largest principal angle to the organism's planted P. Found through `interplab.methods`."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,6 +18,14 @@ def _inputs(model, ctx) -> dict:
         tasks = task_prompts()
         return {"decode_prompts": {t: [r["prompt"] for r in rows] for t, rows in tasks.items()},
                 "decode_max_new_tokens": 6}
+    from interplab.data.toy_vocab import speaks_toy_vocab
+
+    if not speaks_toy_vocab(model.tokenizer):
+        from interplab.data.decode_tasks import DEFAULT_REAL_TASKS
+        from interplab.probes.decodeshare.tasks import real_task_sets
+
+        calib, _ = real_task_sets(model, DEFAULT_REAL_TASKS, n_calib=ctx.n_decode, n_eval=0, seed=ctx.seed)
+        return {"decode_prompts": {name: s.prompts for name, s in calib.items()}, "decode_max_new_tokens": 12}
     from interplab.zoo.cards import model_format
     from interplab.probes.decodeshare import SEQ_TASKS, multitask_sets
 

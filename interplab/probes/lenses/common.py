@@ -124,7 +124,7 @@ def default_pair(model, seed: int = 0) -> tuple[str, str]:
 
     tok = model.tokenizer
     unk = getattr(tok, "unk_token_id", None)
-    if speaks_toy_vocab(tok):
+    if toy_vocab.speaks_toy_vocab(tok):
         ex = next(e for e in CtxMem().sample(16, seed=seed, mode="gen") if e.meta["in_context"])
         fmt = "chat" if getattr(tok, "chat_template", None) else "raw"
         clean = ex.prompt_text(fmt)
@@ -150,19 +150,6 @@ def default_pair(model, seed: int = 0) -> tuple[str, str]:
     return FALLBACK_PAIR
 
 
-def speaks_toy_vocab(tok) -> bool:
-    """True for a tokenizer that reads the organisms' toy vocabulary word by word (each of `ctx`, `e25`, `v3`, ...
-    one known token). A BPE tokenizer spells `v1 v2` too, in pieces, so "no unknown token" is not enough: on
-    SmolLM2 the CtxMem pair was organism text, and its top-1 was a newline (issue 25 §4)."""
-    unk = getattr(tok, "unk_token_id", None)
-    for w in _TOY_PROBE:
-        ids = tok(w, add_special_tokens=False)["input_ids"]
-        if len(ids) != 1 or ids[0] == unk:
-            return False
-    return True
-
-
-_TOY_PROBE = ("ctx", "e25", "v3", "e7", "v17")
 
 
 def _vocabulary_pair(tok, seed: int) -> tuple[str, str]:

@@ -41,6 +41,27 @@ def test_page_explains_non_multitask_model(monkeypatch, checkpoint_factory):
     assert "multitask-decode organism" in _text(at)
 
 
+def test_page_shows_the_shipped_smollm2_runs(monkeypatch, checkpoint_factory):
+    """The real-model expander opens on the committed SmolLM2 task screen and study (results/), whatever model is
+    picked below it."""
+    import pandas as pd
+
+    from interplab.results.runs import load_run, shipped_runs
+
+    runs = [d for d in shipped_runs("decodeshare") if d.parent.name == "decodeshare-smollm2"]
+    assert runs, "results/decodeshare-smollm2/ is missing"
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", str(checkpoint_factory("llama")))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    screen = next(d.value for d in at.dataframe if "passes" in d.value.columns)
+    shipped = pd.read_csv(shipped_runs("decodeshare-tasks")[-1] / "tables" / "tasks.csv")
+    assert list(screen["task"]) == list(shipped["task"]) and int(screen["passes"].sum()) == int(shipped["passes"].sum())
+    info = load_run(at.session_state["ds_real_study"]).json("info")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["|S| decode / k"] == f"{info['k_s']} / {info['k']}" and metrics["layer"] == str(info["layer"])
+    assert {"ds_real_gen__chart", "ds_real_fc__chart", "ds_real_steer__chart"} <= {c.key for c in at.get("plotly_chart")}
+
+
 def _small_page():
     """The page on a tiny calibration (6 prompts of copy and mc, 4 new tokens, tau x k threshold), rendered once."""
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)

@@ -81,7 +81,7 @@ def contrast_rows() -> list[str]:
         s = s[s["task"] == "all"].set_index(["control", "metric"])
         for metric in ("gen", "fc"):
             cells = [f"{_iv(*s.loc[(c, metric), ['shared_minus_control', 'lo', 'hi']], signed=True)} "
-                     f"p {s.loc[(c, metric), 'p']:.3f}" for c in CONDITIONS[1:]]
+                     f"p {s.loc[(c, metric), 'p']:.2g}" for c in CONDITIONS[1:]]
             rows.append(f"| {layer} | {metric} | " + " | ".join(cells) + " |")
     return rows
 

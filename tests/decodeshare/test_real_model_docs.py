@@ -138,6 +138,15 @@ def test_docs_quote_the_runs():
         assert line in doc, f"docs/decodeshare.md lacks the row {line!r}"
 
 
+def test_readme_quotes_the_layer15_study():
+    a = pd.read_csv(study_runs()[15] / "tables" / "ablation.csv")
+    g = a[(a["task"] == "all") & (a["metric"] == "gen")].set_index("condition")["acc"]
+    flat = " ".join((ROOT / "README.md").read_text().split())
+    for q in (f"from {g['baseline']:.3f} to {g['shared']:.3f} at layer 15 (Haar {g['haar']:.3f}, prefill-estimated "
+              f"{g['prefill-est']:.3f})", f"(α-matched {g['alpha-match']:.3f}, k-matched {g['k-match']:.3f})"):
+        assert q in flat, f"README.md does not quote {q!r}"
+
+
 if __name__ == "__main__":
     for f in (screen_rows, layer_rows, study_h1_rows, ablation_rows, contrast_rows, energy_rows, loto_rows, steering_rows):
         try:

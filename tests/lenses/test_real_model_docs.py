@@ -1,0 +1,131 @@
+"""docs/lenses.md "On a real model" quotes the committed lenses-facts runs (results/lenses-facts-smollm2/,
+results/lenses-facts-gemma3/) and the SmolLM2 atlas (results/atlas-smollm2/): every row is rebuilt here from the runs'
+own files, so the docs cannot drift from the runs. Run as a script to print the rows for the docs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from interplab.results.runs import shipped_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "lenses.md"
+MODELS = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma-3-270M"}
+
+
+def fact_runs() -> dict[str, Path]:
+    return {d.parent.name.removeprefix("lenses-facts-"): d for d in shipped_runs("lenses-facts")
+            if d.parent.name.startswith("lenses-facts-")}
+
+
+def _summary(d: Path) -> dict:
+    return json.loads((d / "json" / "summary.json").read_text())
+
+
+def pair_rows() -> list[str]:
+    rows = []
+    for key, d in sorted(fact_runs().items(), reverse=True):
+        s = _summary(d)
+        rows.append(f"| {MODELS[key]} | {s['n_pairs']} ({len(s['relations'])} relations) | {s['n_included']} | "
+                    f"{s['median_clean_metric']:.2f} / {s['median_corrupt_metric']:.2f} | {s['final_top1']:.2f} |")
+    return rows
+
+
+def _rank(v: float) -> str:
+    return f"{v:.1f}" if v < 10 else f"{v:.0f}"
+
+
+def rank_rows(layers_every: int = 1) -> list[str]:
+    """The answer's logit-lens rank at the last token: median [IQR] and top-10 fraction, at chosen layers."""
+    rows = []
+    for key, d in sorted(fact_runs().items(), reverse=True):
+        r = pd.read_csv(d / "tables" / "rank_per_layer.csv")
+        L = len(r)
+        pick = sorted({0, L // 2, L - 7, L - 6, L - 5, L - 3, L - 1})
+        cells = [f"L{int(x.layer)} {_rank(x.median)} [{_rank(x.q25)}, {_rank(x.q75)}] ({x.top10:.2f})"
+                 for x in r.iloc[pick].itertuples()]
+        rows.append(f"| {MODELS[key]} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def role_rows() -> list[str]:
+    """resid_pre patching by role: the last layer where the subject's last token restores most, and the first where
+    the last token does."""
+    rows = []
+    for key, d in sorted(fact_runs().items(), reverse=True):
+        t = pd.read_csv(d / "tables" / "resid_roles.csv")
+        sub = t[t["role"] == "subject_last"].set_index("layer")
+        last = t[t["role"] == "last"].set_index("layer")
+        cross = int(last.index[(last["mean"] > sub["mean"]).to_numpy()][0])
+        rows.append(f"| {MODELS[key]} | {sub.loc[0, 'mean']:.2f} [{sub.loc[0, 'lo']:.2f}, {sub.loc[0, 'hi']:.2f}] | "
+                    f"L{cross - 1}: {sub.loc[cross - 1, 'mean']:.2f} / {last.loc[cross - 1, 'mean']:.2f} | "
+                    f"L{cross}: {sub.loc[cross, 'mean']:.2f} / {last.loc[cross, 'mean']:.2f} | "
+                    f"{last['mean'].iloc[-1]:.2f} [{last['lo'].iloc[-1]:.2f}, {last['hi'].iloc[-1]:.2f}] |")
+    return rows
+
+
+def head_rows(n: int = 5) -> list[str]:
+    rows = []
+    for key, d in sorted(fact_runs().items(), reverse=True):
+        t = pd.read_csv(d / "tables" / "top_heads.csv")
+        for kind in ("patching", "dla"):
+            top = t[t["map"] == kind].head(n)
+            cells = [f"L{r.layer}H{r.head} {r.mean:+.2f} [{r.lo:+.2f}, {r.hi:+.2f}] ({r.boot_freq:.2f})"
+                     for r in top.itertuples()]
+            rows.append(f"| {MODELS[key]} | {kind} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def stability_rows() -> list[str]:
+    rows = []
+    for key, d in sorted(fact_runs().items(), reverse=True):
+        a = pd.read_csv(d / "tables" / "agreement.csv").set_index("map")
+        for kind in ("patching", "dla"):
+            r = a.loc[kind]
+            rows.append(f"| {MODELS[key]} | {kind} | {r['overlap_mean']:.2f} [{r['overlap_lo']:.2f}, "
+                        f"{r['overlap_hi']:.2f}] | {r['rho_mean']:.2f} [{r['rho_lo']:.2f}, {r['rho_hi']:.2f}] |")
+    return rows
+
+
+def agreement_rows() -> list[str]:
+    rows = []
+    for key, d in sorted(fact_runs().items(), reverse=True):
+        m = pd.read_csv(d / "tables" / "map_agreement.csv")
+        for r in m.itertuples():
+            rows.append(f"| {MODELS[key]} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} [{r.rho_lo:+.2f}, {r.rho_hi:+.2f}] | "
+                        f"{r.p_perm:.2g} | {r.overlap:.1f} [{r.overlap_lo:.1f}, {r.overlap_hi:.1f}] | "
+                        f"{r.chance_overlap:.3f} |")
+    return rows
+
+
+def attribution_rows() -> list[str]:
+    rows = []
+    for key, d in sorted(fact_runs().items(), reverse=True):
+        a = pd.read_csv(d / "tables" / "attribution_summary.csv")
+        for r in a.itertuples():
+            rows.append(f"| {MODELS[key]} | {r.site} | {r.method} | {r.median:.2f} [{r.lo:.2f}, {r.hi:.2f}] | "
+                        f"{r.pearson_median:.2f} | {r.n_pairs} |")
+    return rows
+
+
+def all_rows() -> list[str]:
+    return (pair_rows() + rank_rows() + role_rows() + head_rows() + stability_rows() + agreement_rows()
+            + attribution_rows())
+
+
+def test_runs_are_shipped():
+    assert "smollm2" in fact_runs()
+
+
+def test_docs_quote_the_runs():
+    doc = DOC.read_text()
+    for line in all_rows():
+        assert line in doc, f"docs/lenses.md lacks the row {line!r}"
+
+
+if __name__ == "__main__":
+    for f in (pair_rows, rank_rows, role_rows, head_rows, stability_rows, agreement_rows, attribution_rows):
+        print(f.__name__, *f(), sep="\n")
+        print()

@@ -43,7 +43,27 @@ def test_patching_page_defaults_and_buttons(toy_chat):
     at.multiselect(key="pt_sites").set_value(["resid_pre"]).run()
     at.button(key="pt_run").click().run()
     assert not at.exception, at.exception
-    assert "pt_scatter_resid_pre__chart" in _charts(at) and len(at.dataframe) == 2  # comparison + top cells
+    own = [d for d in at.dataframe if not {"boot_freq", "map_a"} & set(d.value.columns)]   # not the saved-run box
+    assert "pt_scatter_resid_pre__chart" in _charts(at) and len(own) == 2  # comparison + top cells
+
+
+def test_patching_page_opens_the_shipped_smollm2_fact_study(toy_chat):
+    """The many-pairs box shows the committed lenses-facts run of SmolLM2, whatever model the page loads."""
+    import pandas as pd
+
+    from interplab.results.runs import shipped_runs
+
+    shipped = [d for d in shipped_runs("lenses-facts") if d.parent.name == "lenses-facts-smollm2"]
+    assert shipped
+    at = AppTest.from_file(str(PAGES / "10_Patching.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    assert {"pt_facts_rank__chart", "pt_facts_roles__chart", "pt_facts_heads__chart"} <= set(_charts(at))
+    top = next(d.value for d in at.dataframe if "boot_freq" in d.value.columns)
+    want = pd.read_csv(Path(at.session_state["pt_facts"]) / "tables" / "top_heads.csv")
+    want = want[want["map"] == "patching"]
+    assert list(zip(top["layer"], top["head"])) == list(zip(want["layer"], want["head"]))
+    agree = next(d.value for d in at.dataframe if "map_a" in d.value.columns)
+    assert "truth" in set(agree["map_b"]) | set(agree["map_a"])
 
 
 def test_logit_lens_page_defaults_and_buttons(toy_chat):

@@ -193,7 +193,9 @@ def run_hyperfit_ksweep(cfg: HyperfitKSweepConfig, run) -> None:
 class TrainHyperfitConfig:
     """Hyperfit any checkpoint on the text-hyperfit recipe's data (or `n_sequences` of it) and save the merged
     checkpoint into the run directory (checkpoint/). method: full | lora; lora_layers: last:k | first:k | all;
-    lora_r / lora_alpha: adapter rank and scaling numerator."""
+    lora_r / lora_alpha: adapter rank and scaling numerator. text: a UTF-8 text file to hyperfit on instead (its
+    blank-line separated paragraphs, tokenized into one stream, cut into `n_sequences` seeded 128-token windows;
+    "" = the recipe's pydoc corpus)."""
 
     base: str = "zoo:text-base"
     method: str = "full"
@@ -205,7 +207,19 @@ class TrainHyperfitConfig:
     stop_loss: float = 0.05
     max_epochs: int = 300
     budget_s: float | None = None
+    text: str = ""
     threads: int = 1
+
+    def __post_init__(self):
+        from pathlib import Path
+
+        from interplab.core.errors import ConfigError
+
+        if self.text and not Path(self.text).expanduser().is_file():
+            raise ConfigError(f"text={self.text!r}: no such file (give a UTF-8 text file, or '' for the recipe's "
+                              "corpus)")
+        if self.n_sequences < 1:
+            raise ConfigError(f"n_sequences must be >= 1, got {self.n_sequences}")
 
 
 @register_experiment("hyperfit-train", config=TrainHyperfitConfig,
@@ -218,7 +232,8 @@ def run_hyperfit_train(cfg: TrainHyperfitConfig, run) -> None:
 
     torch.set_num_threads(max(1, int(cfg.threads)))
     base = _load(cfg.base, "cpu")
-    seqs = hyperfit_sequences(base.tokenizer, {**HYPERFIT_DATA, "n_sequences": cfg.n_sequences})
+    seqs = hyperfit_sequences(base.tokenizer, {**HYPERFIT_DATA, "n_sequences": cfg.n_sequences,
+                                               **({"text_file": cfg.text} if cfg.text else {})})
     res = hyperfit(base, seqs, method=cfg.method, lora_layers=cfg.lora_layers, lora_r=cfg.lora_r,
                    lora_alpha=cfg.lora_alpha, lr=cfg.lr, stop_loss=cfg.stop_loss,
                    max_epochs=cfg.max_epochs, max_time_s=cfg.budget_s, out_dir=Path(run.path) / "checkpoint")

@@ -167,3 +167,35 @@ def test_hyperfit_train_records_its_checkpoint_inside_the_finished_run(tmp_path)
 
     res = load_run(run).result("hyperfit")           # the run reopens as its typed result, path relative too
     assert isinstance(res, HyperfitResult) and res.checkpoint == "checkpoint" and res.epochs == rec["epochs"] == 1
+
+
+def test_hyperfit_train_takes_any_text_file(tmp_path):
+    """`--set text=FILE`: the windows are cut from the file's paragraphs (not the recipe's corpus), and a missing,
+    empty or non-UTF-8 file is a typed error that says what to give."""
+    from interplab.core.errors import ConfigError, DataError
+    from interplab.experiments.hyperfit import TrainHyperfitConfig
+    from interplab.experiments.registry import run_experiment
+    from interplab.zoo.recipes.hyperfit import HYPERFIT_DATA, hyperfit_sequences, text_file_paragraphs
+    import interplab
+
+    words = [f"w{i}" for i in range(50)]
+    f = tmp_path / "held_in.txt"
+    f.write_text("\n\n".join(" ".join(words[(3 * k + j) % 50] for j in range(40)) for k in range(60)) + "\n",
+                 encoding="utf-8")
+    assert len(text_file_paragraphs(f)) == 60
+    tok = interplab.load_model("zoo:text-base").tokenizer
+    seqs = hyperfit_sequences(tok, {**HYPERFIT_DATA, "n_sequences": 4, "text_file": str(f)})
+    file_ids = set(tok(" ".join(words), add_special_tokens=False)["input_ids"]) | {tok.eos_token_id}
+    assert len(seqs) == 4 and all(len(s) == 128 and set(s[1:]) <= file_ids for s in seqs)
+    assert seqs != hyperfit_sequences(tok, {**HYPERFIT_DATA, "n_sequences": 4})
+    with pytest.raises(ConfigError, match="no such file"):
+        TrainHyperfitConfig(text=str(tmp_path / "missing.txt"))
+    (tmp_path / "empty.txt").write_text("\n\n  \n", encoding="utf-8")
+    with pytest.raises(DataError, match="holds no text"):
+        text_file_paragraphs(tmp_path / "empty.txt")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(DataError, match="not UTF-8"):
+        text_file_paragraphs(tmp_path / "latin1.txt")
+    torch.set_num_threads(1)
+    run = run_experiment("hyperfit-train", {"n_sequences": "2", "max_epochs": "1", "text": str(f)}, root=tmp_path)
+    assert (run / "checkpoint" / "config.json").is_file()

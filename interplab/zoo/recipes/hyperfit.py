@@ -25,12 +25,36 @@ HYPERFIT_DATA = {"sources": ["pydoc"], "heldout_frac": 0.1, "corpus_seed": 0, "s
                  "window_seed": 7, "save_dtype": "float16"}
 
 
+def text_file_paragraphs(path) -> list[str]:
+    """The paragraphs (blank-line separated, stripped, empty ones dropped) of a UTF-8 text file: the held-in text
+    of `hyperfit-train --set text=FILE` instead of the recipe's corpus."""
+    from pathlib import Path
+
+    from interplab.core.errors import DataError
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DataError(f"no such text file: {str(p)!r} (give a UTF-8 .txt file; paragraphs separated by blank lines)")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{str(p)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    paragraphs = [" ".join(b.split()) for b in text.replace("\r\n", "\n").split("\n\n")]
+    paragraphs = [b for b in paragraphs if b]
+    if not paragraphs:
+        raise DataError(f"{str(p)!r} holds no text")
+    return paragraphs
+
+
 def _stream_and_slots(tokenizer, data: dict):
     from interplab.data.corpus import load_corpus
     from interplab.zoo.recipes.text import encode_paragraphs
 
-    corpus = load_corpus(tuple(data["sources"]), data["heldout_frac"], data["corpus_seed"])
-    stream = encode_paragraphs(tokenizer, corpus.train)
+    if data.get("text_file"):
+        paragraphs = text_file_paragraphs(data["text_file"])
+    else:
+        paragraphs = load_corpus(tuple(data["sources"]), data["heldout_frac"], data["corpus_seed"]).train
+    stream = encode_paragraphs(tokenizer, paragraphs)
     L = int(data["seq_len"]) - 1
     n_slots = len(stream) // L
     n = int(data["n_sequences"])

@@ -112,6 +112,19 @@ def test_docs_quote_the_gating_run():
         assert line in doc, f"docs/truth_scores.md lacks {line!r}"
 
 
+def test_readme_quotes_the_smollm2_runs():
+    tri = load_run(map_runs()["triplets"]).json("summary")
+    res = load_run(gating_run()).result("facts_gating")
+    d = res.diff.set_index("readout").loc["forced_choice"]
+    flat = " ".join((ROOT / "README.md").read_text().split())
+    t = tri["top_head"]
+    for q in (f"{tri['n_facts']} counterfactual world facts", f"{tri['n_sig_maxt']} of {tri['n_heads']} heads",
+              f"best L{t['layer']}H{t['head']}, S {t['S']:.3f}",
+              f"(forced choice {d['gated_minus_ungated']:+.3f}".replace("-", "−"),
+              f"p = {res.summary()['p_gated_vs_null']:.3f} against {res.summary()['n_maps']} shuffled maps"):
+        assert q in flat, f"README.md does not quote {q!r}"
+
+
 if __name__ == "__main__":
     print("\n".join(map_rows()), "\n", per_layer_row(), "\n", gemma_row(), "\n")
     if gating_run() is not None:

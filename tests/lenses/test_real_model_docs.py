@@ -125,6 +125,37 @@ def test_docs_quote_the_runs():
         assert line in doc, f"docs/lenses.md lacks the row {line!r}"
 
 
+def smollm2_quotes() -> list[str]:
+    """The numbers the SmolLM2 prose quotes, rebuilt from the run."""
+    d = fact_runs()["smollm2"]
+    s = _summary(d)
+    r = pd.read_csv(d / "tables" / "rank_per_layer.csv").iloc[-1]
+    t = pd.read_csv(d / "tables" / "resid_roles.csv")
+    sub = t[t["role"] == "subject_last"].set_index("layer")["mean"]
+    last = t[t["role"] == "last"].set_index("layer")["mean"]
+    top = pd.read_csv(d / "tables" / "top_heads.csv")
+    p0 = top[top["map"] == "patching"].iloc[0]
+    d0 = top[top["map"] == "dla"].iloc[0]
+    ag = pd.read_csv(d / "tables" / "map_agreement.csv").set_index(["map_a", "map_b"])
+    pd_, pt = ag.loc[("patching", "dla")], ag.loc[("patching", "truth")]
+    at = pd.read_csv(d / "tables" / "attribution_summary.csv").set_index(["site", "method"])["median"]
+    m = lambda v: f"{v:.2f}".replace("-", "−")                                       # noqa: E731
+    return [f"to {r['median']:.1f} after the last", f"top 10 for {r['top10'] * 100:.0f} % of the pairs, top-1 for "
+            f"{s['final_top1'] * 100:.0f} %", f"subject's last token ({sub[23]:.2f})", f"last token ({last[24]:.2f})",
+            f"L{p0['layer']}H{p0['head']} alone restores {p0['mean']:.2f} [{p0['lo']:.2f}, {p0['hi']:.2f}]",
+            f"(+{d0['mean']:.2f} logits)", f"share {round(pd_['overlap'] * pd_['k'])} heads (chance "
+            f"{pd_['chance_overlap'] * pd_['k']:.1f} of a head)", f"(ρ {pd_['rho']:.2f})",
+            f"ρ(|patching|, S) = {m(pt['rho'])} [{m(pt['rho_lo'])}, {m(pt['rho_hi'])}], p = {pt['p_perm']:.3f}",
+            f"Spearman {at[('attn_z', 'gradient')]:.2f}; resid_pre {at[('resid_pre', 'gradient')]:.2f})",
+            f"({at[('attn_z', 'ig')]:.2f}; resid_pre {at[('resid_pre', 'ig')]:.2f})"]
+
+
+def test_docs_prose_quotes_the_smollm2_run():
+    flat = " ".join(DOC.read_text().split())
+    for q in smollm2_quotes():
+        assert q in flat, f"docs/lenses.md does not quote {q!r}"
+
+
 if __name__ == "__main__":
     for f in (pair_rows, rank_rows, role_rows, head_rows, stability_rows, agreement_rows, attribution_rows):
         print(f.__name__, *f(), sep="\n")

@@ -116,7 +116,7 @@ def all_rows() -> list[str]:
 
 
 def test_runs_are_shipped():
-    assert "smollm2" in fact_runs()
+    assert set(fact_runs()) == {"smollm2", "gemma3"}
 
 
 def test_docs_quote_the_runs():
@@ -150,9 +150,30 @@ def smollm2_quotes() -> list[str]:
             f"({at[('attn_z', 'ig')]:.2f}; resid_pre {at[('resid_pre', 'ig')]:.2f})"]
 
 
-def test_docs_prose_quotes_the_smollm2_run():
+def gemma_quotes() -> list[str]:
+    d = fact_runs()["gemma3"]
+    r = pd.read_csv(d / "tables" / "rank_per_layer.csv").set_index("layer")
+    t = pd.read_csv(d / "tables" / "resid_roles.csv")
+    sub = t[t["role"] == "subject_last"].set_index("layer")["mean"]
+    last = t[t["role"] == "last"].set_index("layer")["mean"]
+    top = pd.read_csv(d / "tables" / "top_heads.csv")
+    p = top[top["map"] == "patching"]
+    dla0 = top[top["map"] == "dla"].iloc[0]
+    ag = pd.read_csv(d / "tables" / "map_agreement.csv").set_index(["map_a", "map_b"])
+    pt = ag.loc[("patching", "truth")]
+    return [f"(median rank {r.loc[12, 'median']:.1f}; {r.loc[11, 'median']:.0f} after layer 11)",
+            f"token ({sub[12]:.2f} at L12) to the last token ({last[13]:.2f} at L13)",
+            f"carried by L{p.iloc[0]['layer']}H{p.iloc[0]['head']} ({p.iloc[0]['mean']:.2f} [{p.iloc[0]['lo']:.2f}, "
+            f"{p.iloc[0]['hi']:.2f}] alone), with L{p.iloc[1]['layer']}H{p.iloc[1]['head']} and "
+            f"L{p.iloc[2]['layer']}H{p.iloc[2]['head']} next",
+            f"(ρ {ag.loc[('patching', 'dla'), 'rho']:.2f} over its 72 heads)",
+            f"(+{dla0['mean']:.2f} for L{dla0['layer']}H{dla0['head']})",
+            f"(ρ {pt['rho']:.2f} with patching, p {pt['p_perm']:.2f}, on 72 heads)".replace("-", "−")]
+
+
+def test_docs_prose_quotes_the_runs():
     flat = " ".join(DOC.read_text().split())
-    for q in smollm2_quotes():
+    for q in smollm2_quotes() + gemma_quotes():
         assert q in flat, f"docs/lenses.md does not quote {q!r}"
 
 

@@ -45,7 +45,7 @@ def screen_rows() -> list[str]:
 def layer_rows() -> list[str]:
     d = _runs("decodeshare-layers", "decodeshare-layers-smollm2")[-1]
     t = pd.read_csv(d / "tables" / "layers.csv")
-    t = t[(t["mode"] == "paper") & (t["tau_k"] == 1.0)]
+    t = t[(t["mode"] == "paper") & (t["threshold"] == "tau_k=1")]
     return [f"| {int(r['layer'])} | {int(r['k'])} | {int(r['k_s'])} | {r['p_perm']:.4f} | {r['p_rot']:.3f} |"
             for _, r in t.iterrows()]
 
@@ -136,6 +136,22 @@ def test_docs_quote_the_runs():
     doc = DOC.read_text()
     for line in all_rows():
         assert line in doc, f"docs/decodeshare.md lacks the row {line!r}"
+
+
+def test_docs_h1_prose_matches_the_layer_scan():
+    d = _runs("decodeshare-layers", "decodeshare-layers-smollm2")[-1]
+    t = pd.read_csv(d / "tables" / "layers.csv")
+    t = t[t["mode"] == "paper"]
+    k1 = t[t["threshold"] == "tau_k=1"]
+    floor = k1["p_rot"].min()
+    passing = [int(x) for x in k1.loc[k1["p_rot"] <= floor + 1e-12, "layer"]]
+    fail = k1[k1["p_rot"] > floor + 1e-12]["p_rot"]
+    t3 = t[t["threshold"] == "tau=0.001"]["k_s"]
+    flat = " ".join(DOC.read_text().split())
+    assert (k1["p_perm"] == k1["p_perm"].min()).all() and passing == list(range(12)) + [25, 29]
+    for q in (f"|S| = {k1['k_s'].min()}–{k1['k_s'].max()} of k = {k1['k'].min()}–{k1['k'].max()} directions",
+              f"(p_rot {fail.min():.3f}–{fail.max():.3f})", f"the sets are {t3.min()}–{t3.max()} directions"):
+        assert q in flat, f"docs/decodeshare.md does not quote {q!r}"
 
 
 def test_readme_quotes_the_layer15_study():

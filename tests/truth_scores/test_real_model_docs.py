@@ -112,6 +112,22 @@ def test_docs_quote_the_gating_run():
         assert line in doc, f"docs/truth_scores.md lacks {line!r}"
 
 
+def lineage_row() -> str:
+    d = [d for d in shipped_runs("truth-lineage") if d.parent.name == "truth-lineage-smollm2"][-1]
+    res = load_run(d).result("lineage")
+    r = res.lineage.iloc[0]
+    w = res.weight_summary.iloc[0]
+    pl = res.per_layer["descendant"]
+    return (f"| base ↔ descendant | {r['pearson']:.3f} | {r['spearman']:.3f} | {r['pearson_centered']:.3f} | "
+            f"{r['topk_jaccard']:.3f} (k = {int(r['k'])}) | {r['perm_p']:.3f} | {r['null_mean']:.3f} / "
+            f"{r['null_q95']:.3f} | {pl.min():.2f} (L{int(pl.argmin())}) – {pl.max():.2f} | "
+            f"{w['mean_cos_OV']:.6f} | {w['rho_cos_OV']:.2f} |")
+
+
+def test_docs_quote_the_lineage_run():
+    assert lineage_row() in DOC.read_text(), lineage_row()
+
+
 def test_readme_quotes_the_smollm2_runs():
     tri = load_run(map_runs()["triplets"]).json("summary")
     res = load_run(gating_run()).result("facts_gating")

@@ -86,7 +86,12 @@ def _load(name: str, cfg: AtlasExperimentConfig, run):
 
 
 def _key(name: str) -> str:
-    return name.replace("zoo:", "").replace("planted:", "planted-").replace("/", "_").strip("_")
+    """A model's name as an artifact name (letters, digits, . _ - + =): "zoo:toy-chat" -> "toy-chat",
+    "real:smollm2-135m-instruct" -> "smollm2-135m-instruct", "planted:truth" -> "planted-truth", a path -> its
+    parts joined by "_"."""
+    for prefix in ("zoo:", "real:"):
+        name = name.removeprefix(prefix)
+    return name.replace("planted:", "planted-").replace(":", "-").replace("/", "_").strip("_")
 
 
 @register_experiment("atlas", config=AtlasExperimentConfig,

@@ -299,3 +299,13 @@ def test_a_real_model_reads_world_facts_and_chat_tasks_not_the_toy_vocabulary():
     ds = DS.inputs(m, ctx)
     assert len(ds["decode_prompts"]) == 6 and all(len(p) == 4 for p in ds["decode_prompts"].values())
     assert m.tokenizer.decode(next(iter(ds["decode_prompts"].values()))[0]).startswith("<|im_start|>")
+
+
+def test_atlas_artifact_names_of_every_kind_of_model_name():
+    from interplab.experiments.atlas import _key
+    from interplab.results.runs import _check_name
+
+    for name, want in [("zoo:toy-chat", "toy-chat"), ("real:smollm2-135m-instruct", "smollm2-135m-instruct"),
+                       ("planted:truth", "planted-truth"), ("/tmp/x/ckpt", "tmp_x_ckpt")]:
+        assert _key(name) == want
+        _check_name("artifact", f"atlas_{_key(name)}")          # a valid run artifact name

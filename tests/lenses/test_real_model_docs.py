@@ -110,9 +110,17 @@ def attribution_rows() -> list[str]:
     return rows
 
 
+def atlas_rows() -> list[str]:
+    """The SmolLM2 atlas (`interplab run atlas --set models=real:smollm2-135m-instruct`): its agreement table."""
+    d = [d for d in shipped_runs("atlas") if d.parent.name == "atlas-smollm2"][-1]
+    a = pd.read_csv(d / "tables" / "agreement.csv")
+    return [f"| {r.axis} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} [{r.lo:+.2f}, {r.hi:+.2f}] | {r.p:.2g} | {r.n} | "
+            f"{'–' if pd.isna(r.topk_overlap) else f'{r.topk_overlap:.1f}'} |" for r in a.itertuples()]
+
+
 def all_rows() -> list[str]:
     return (pair_rows() + rank_rows() + role_rows() + head_rows() + stability_rows() + agreement_rows()
-            + attribution_rows())
+            + attribution_rows() + atlas_rows())
 
 
 def test_runs_are_shipped():
@@ -178,6 +186,7 @@ def test_docs_prose_quotes_the_runs():
 
 
 if __name__ == "__main__":
-    for f in (pair_rows, rank_rows, role_rows, head_rows, stability_rows, agreement_rows, attribution_rows):
+    for f in (pair_rows, rank_rows, role_rows, head_rows, stability_rows, agreement_rows, attribution_rows,
+              atlas_rows):
         print(f.__name__, *f(), sep="\n")
         print()

@@ -48,6 +48,9 @@ def test_atlas_experiment_smoke(llama_ckpt, tmp_path):
     assert a.planted["passed"].all() and set(a.top_heads("patching", 4)) == {(0, 5), (1, 2), (2, 6), (3, 1)}
     summary = json.loads((path / "json" / "summary.json").read_text())
     rnd = next(v for k, v in summary["models"].items() if k != "planted-truth")
-    assert {"truth", "crh", "decodeshare", "sae"} <= set(rnd["unavailable"]) and rnd["planted_passed"] is None
+    # a model without the toy vocabulary reads the real-model data: world facts (truth), built-in chat tasks
+    # (decodeshare); CRH has no data for it and no SAE is shipped
+    assert {"crh", "sae"} <= set(rnd["unavailable"]) and not {"truth", "decodeshare"} & set(rnd["unavailable"])
+    assert "truth" in rnd["top_heads"] and rnd["planted_passed"] is None
     assert (path / "figures" / "planted-truth_heads_truth.html").is_file()
     assert (path / "tables" / "planted.csv").is_file()

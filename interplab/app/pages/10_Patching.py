@@ -12,47 +12,51 @@ from interplab.figures.lenses import attribution_scatter, patching_cell, patchin
 from interplab.probes.lenses import (PATCH_KINDS, activation_patching, attribution_patching,  # noqa: E402
                                      compare_to_exact, default_pair, patched_generation)
 
+def _fact_study_box() -> None:
+    """Saved `lenses-facts` runs (many pairs); drawn last so the interactive heatmap stays the page's first chart."""
+    with st.expander("Over many fact pairs: saved `lenses-facts` runs (e.g. SmolLM2, 50 pairs)"):
+        # saved runs only (50 pairs of a real model is ~12 CPU minutes), whatever model is picked above; last on
+        # the page so the interactive heatmap stays the page's first chart
+        st.caption("One pair shows one reading; `lenses-facts` runs every lens on many clean / corrupt world-fact pairs "
+                   "and aggregates with bootstrap intervals over pairs (docs/lenses.md, *On a real model*). Make one "
+                   "with `interplab run lenses-facts --set model=real:smollm2-135m-instruct`.")
+        from interplab.app.widgets import saved_result  # noqa: E402
+        from interplab.figures.lenses import answer_rank_figure  # noqa: E402
+
+        facts = saved_result("lenses-facts", "study", "pt_facts", label="Saved run",
+                             hint=" --set model=real:smollm2-135m-instruct")
+        if facts is not None:
+            n_inc = int(facts.included.sum())
+            c = st.columns(3)
+            c[0].metric("pairs (included)", f"{facts.n_pairs} ({n_inc})")
+            c[1].metric("answer top-1 after the last layer", f"{(facts.pairs['final_rank'] == 0).mean():.2f}")
+            c[2].metric("model", str(facts.model).removeprefix("real:"))
+            show_figure(answer_rank_figure(facts.rank_per_layer()), key="pt_facts_rank")
+            if n_inc:
+                c1, c2 = st.columns(2)
+                with c1:
+                    show_figure(patching_figure(facts.mean_patching("resid_pre"), title=f"resid_pre by token role · "
+                                                f"mean over {n_inc} pairs"), key="pt_facts_roles")
+                with c2:
+                    show_figure(patching_figure(facts.mean_patching("attn_z"), title=f"attn_z per head · mean over "
+                                                f"{n_inc} pairs"), key="pt_facts_heads")
+                st.caption("Top heads by |mean| over pairs (95% bootstrap interval; boot_freq: share of resamples in "
+                           "which the head is in the top k):")
+                st.dataframe(facts.top_heads("patching").round(3), hide_index=True, key="pt_facts_top")
+                from interplab.results.runs import load_run  # noqa: E402
+
+                saved = load_run(st.session_state["pt_facts"])
+                if "map_agreement" in saved.table_names:
+                    st.caption("Do the head maps name the same heads? Spearman ρ over heads with an interval over "
+                               "pairs, head-permutation p, top-k overlap (the Truth-Score map: the model's committed "
+                               "truth-scores run):")
+                    st.dataframe(saved.table("map_agreement").round(3), hide_index=True, key="pt_facts_agree")
+
+
 st.title("Patching")
 st.caption("Which activations carry the difference between a clean and a corrupted prompt? Denoising runs the "
            "corrupt prompt and writes in one clean activation per cell; 1 = the clean answer is fully restored. "
            "Attribution patching estimates the whole grid from one backward pass.")
-
-with st.expander("Over many fact pairs: saved `lenses-facts` runs (e.g. SmolLM2, 50 pairs)"):
-    # saved runs only (50 pairs of a real model is ~12 CPU minutes), whatever model is picked below
-    st.caption("One pair shows one reading; `lenses-facts` runs every lens on many clean / corrupt world-fact pairs "
-               "and aggregates with bootstrap intervals over pairs (docs/lenses.md, *On a real model*). Make one "
-               "with `interplab run lenses-facts --set model=real:smollm2-135m-instruct`.")
-    from interplab.app.widgets import saved_result  # noqa: E402
-    from interplab.figures.lenses import answer_rank_figure  # noqa: E402
-
-    facts = saved_result("lenses-facts", "study", "pt_facts", label="Saved run",
-                         hint=" --set model=real:smollm2-135m-instruct")
-    if facts is not None:
-        n_inc = int(facts.included.sum())
-        c = st.columns(3)
-        c[0].metric("pairs (included)", f"{facts.n_pairs} ({n_inc})")
-        c[1].metric("answer top-1 after the last layer", f"{(facts.pairs['final_rank'] == 0).mean():.2f}")
-        c[2].metric("model", str(facts.model).removeprefix("real:"))
-        show_figure(answer_rank_figure(facts.rank_per_layer()), key="pt_facts_rank")
-        if n_inc:
-            c1, c2 = st.columns(2)
-            with c1:
-                show_figure(patching_figure(facts.mean_patching("resid_pre"), title=f"resid_pre by token role · "
-                                            f"mean over {n_inc} pairs"), key="pt_facts_roles")
-            with c2:
-                show_figure(patching_figure(facts.mean_patching("attn_z"), title=f"attn_z per head · mean over "
-                                            f"{n_inc} pairs"), key="pt_facts_heads")
-            st.caption("Top heads by |mean| over pairs (95% bootstrap interval; boot_freq: share of resamples in "
-                       "which the head is in the top k):")
-            st.dataframe(facts.top_heads("patching").round(3), hide_index=True, key="pt_facts_top")
-            from interplab.results.runs import load_run  # noqa: E402
-
-            saved = load_run(st.session_state["pt_facts"])
-            if "map_agreement" in saved.table_names:
-                st.caption("Do the head maps name the same heads? Spearman ρ over heads with an interval over "
-                           "pairs, head-permutation p, top-k overlap (the Truth-Score map: the model's committed "
-                           "truth-scores run):")
-                st.dataframe(saved.table("map_agreement").round(3), hide_index=True, key="pt_facts_agree")
 
 picked = page_model("pt")
 model, model_key, is_new = picked.load(), picked.key, picked.is_new
@@ -92,6 +96,7 @@ if st.button("Run patching", key="pt_run", type="primary", disabled=not sites):
 
 if "pt_result" not in st.session_state:
     st.info("Press **Run patching** to sweep the grid.")
+    _fact_study_box()
     st.stop()
 
 def _pick_cell(kind: str, points: list) -> None:
@@ -156,3 +161,5 @@ if "pt_gen_text" in st.session_state:
     st.code(f"unpatched: {base}\npatched:   {text}", language=None)
 st.dataframe(shown.to_frame().sort_values("normalized", key=abs, ascending=False).head(20).round(4),
              hide_index=True, key="pt_top_cells")
+
+_fact_study_box()

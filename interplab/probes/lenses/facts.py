@@ -368,22 +368,26 @@ class FactLensStudy(Result):
         k_top = min(int(self.config.top_k), L * H)
         q = (1 - self.config.level) / 2
 
-        def top(x):                                                          # [..., L*H] -> [..., k] indices
-            return np.argsort(-x, axis=-1, kind="stable")[..., :k_top]
+        def top_mask(x):                                                     # [..., L*H] -> bool, True in the top k
+            m = np.zeros(x.shape, bool)
+            np.put_along_axis(m, np.argsort(-x, axis=-1, kind="stable")[..., :k_top], True, -1)
+            return m
 
+        # ranks and top-k sets of every resample once per map (an external map's are those of its one row)
+        ranks = {k: rankdata(v[:1]) if k in ext else rankdata(v) for k, v in boot.items()}
+        tops = {k: top_mask(v[:1]) if k in ext else top_mask(v) for k, v in boot.items()}
         rows = []
         names = list(full)
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 si = spearman_interval(full[a], full[b], B=200, n_perm=int(self.config.n_boot), seed=int(self.config.seed))
-                rb = pearson(rankdata(boot[a]), rankdata(boot[b]))
+                rb = pearson(ranks[a], ranks[b])
                 rb = rb[np.isfinite(rb)]
-                ta, tb = top(boot[a]), top(boot[b])
-                ov_b = np.array([len(set(x) & set(y)) for x, y in zip(ta, tb)]) / k_top
+                ov_b = (tops[a] & tops[b]).sum(-1) / k_top
                 rows.append(dict(map_a=a, map_b=b, rho=si.rho,
                                  rho_lo=float(np.quantile(rb, q)) if rb.size else float("nan"),
                                  rho_hi=float(np.quantile(rb, 1 - q)) if rb.size else float("nan"), p_perm=si.p,
-                                 k=k_top, overlap=len(set(top(full[a])) & set(top(full[b]))) / k_top,
+                                 k=k_top, overlap=float((top_mask(full[a]) & top_mask(full[b])).sum()) / k_top,
                                  overlap_lo=float(np.quantile(ov_b, q)), overlap_hi=float(np.quantile(ov_b, 1 - q)),
                                  chance_overlap=k_top / (L * H), n_pairs=n))
         return pd.DataFrame(rows)

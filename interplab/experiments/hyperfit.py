@@ -52,9 +52,35 @@ def _load(name: str, device: str):
 def _models(cfg: HyperfitModels) -> tuple[Any, dict]:
     torch.set_num_threads(max(1, int(cfg.threads)))
     base = _load(cfg.base, cfg.device)
-    # a target's short name names its artifacts: the zoo name's tail or a checkpoint folder's name (never a path)
-    targets = {name.split(":")[-1].rstrip("/").split("/")[-1]: _load(name, cfg.device) for name in cfg.targets}
+    targets = {}
+    for name in cfg.targets:
+        short = _target_name(name)
+        if short in targets:
+            from interplab.core.errors import ConfigError
+
+            raise ConfigError(f"two targets are both called {short!r}; give each its own folder name")
+        targets[short] = _load(name, cfg.device)
+    _check_descendants(base, targets, cfg)
     return base, targets
+
+
+def _target_name(name: str) -> str:
+    """A target's short name, which names its rows and artifacts (never a path): the zoo name's tail, a checkpoint
+    folder's name, or for a `hyperfit-train` run's checkpoint/ the run folder's name."""
+    parts = name.split(":")[-1].rstrip("/").split("/")
+    return parts[-2] if parts[-1] == "checkpoint" and len(parts) > 1 else parts[-1]
+
+
+def _check_descendants(base, targets: dict, cfg: HyperfitModels) -> None:
+    """Every target must read the base's vocabulary (a hyperfitted copy of it); else say how to make one."""
+    from interplab.core.errors import ConfigError
+
+    bad = [n for n, m in targets.items() if m.d_vocab != base.d_vocab or m.n_layers != base.n_layers]
+    if bad:
+        raise ConfigError(
+            f"targets {bad} are not descendants of base={cfg.base} (their vocabulary or depth differs). Hyperfit "
+            f"the base first: `interplab run hyperfit-train --set base={cfg.base}` saves checkpoint/ in its run "
+            "folder; pass that folder's checkpoint/ as targets=...")
 
 
 @dataclass
@@ -195,7 +221,8 @@ class TrainHyperfitConfig:
     checkpoint into the run directory (checkpoint/). method: full | lora; lora_layers: last:k | first:k | all;
     lora_r / lora_alpha: adapter rank and scaling numerator. text: a UTF-8 text file to hyperfit on instead (its
     blank-line separated paragraphs, tokenized into one stream, cut into `n_sequences` seeded 128-token windows;
-    "" = the recipe's pydoc corpus)."""
+    "" = the recipe's pydoc corpus). seed: the adapter init and batch-order seed (the windows stay the same, so
+    seeds are repeats of one recipe); batch_size: windows per step."""
 
     base: str = "zoo:text-base"
     method: str = "full"
@@ -208,6 +235,8 @@ class TrainHyperfitConfig:
     max_epochs: int = 300
     budget_s: float | None = None
     text: str = ""
+    seed: int = 0
+    batch_size: int = 8
     threads: int = 1
 
     def __post_init__(self):
@@ -218,8 +247,8 @@ class TrainHyperfitConfig:
         if self.text and not Path(self.text).expanduser().is_file():
             raise ConfigError(f"text={self.text!r}: no such file (give a UTF-8 text file, or '' for the recipe's "
                               "corpus)")
-        if self.n_sequences < 1:
-            raise ConfigError(f"n_sequences must be >= 1, got {self.n_sequences}")
+        if self.n_sequences < 1 or self.batch_size < 1:
+            raise ConfigError(f"n_sequences and batch_size must be >= 1, got {self.n_sequences}, {self.batch_size}")
 
 
 @register_experiment("hyperfit-train", config=TrainHyperfitConfig,
@@ -236,7 +265,8 @@ def run_hyperfit_train(cfg: TrainHyperfitConfig, run) -> None:
                                                **({"text_file": cfg.text} if cfg.text else {})})
     res = hyperfit(base, seqs, method=cfg.method, lora_layers=cfg.lora_layers, lora_r=cfg.lora_r,
                    lora_alpha=cfg.lora_alpha, lr=cfg.lr, stop_loss=cfg.stop_loss,
-                   max_epochs=cfg.max_epochs, max_time_s=cfg.budget_s, out_dir=Path(run.path) / "checkpoint")
+                   max_epochs=cfg.max_epochs, max_time_s=cfg.budget_s, seed=cfg.seed, batch_size=cfg.batch_size,
+                   out_dir=Path(run.path) / "checkpoint")
     # the folder is renamed when the run finishes: record the checkpoint relative to it (as run.relative does)
     res = dataclasses.replace(res, checkpoint=run.relative(res.checkpoint) if res.checkpoint else None)
     run.save_result("hyperfit", res)               # the typed result; the table and JSON below are views of it
@@ -249,8 +279,9 @@ def run_hyperfit_train(cfg: TrainHyperfitConfig, run) -> None:
 class HyperfitControlsConfig(ControlsConfig):
     """Hyperfitting controls (`ControlsConfig`: arms, seeds, recipes) from `base` on the text-hyperfit recipe's
     `n_sequences` windows, with `n_heldout` other windows of the same stream for the fine-tuning arm's early stopping
-    and `n_texts` held-out texts for the geometry. reuse: an already hyperfitted model used as the hyperfit arm's
-    first seed (its recipe must match: lr, stop_loss, batch_size, seq_len and the 32 windows); empty = retrain."""
+    and `n_texts` held-out texts for the geometry. reuse: already hyperfitted models (comma-separated; a zoo name
+    or a `hyperfit-train` checkpoint) used as the hyperfit arm's first seeds, in order (their recipe must match:
+    lr, stop_loss, batch_size, seq_len, method, LoRA blocks, seed and the windows); empty = retrain every seed."""
 
     base: str = "zoo:text-base"
     reuse: str = "zoo:text-hyperfit"
@@ -260,21 +291,43 @@ class HyperfitControlsConfig(ControlsConfig):
     device: str = "cpu"
     threads: int = 1
 
+    @property
+    def reuse_names(self) -> list[str]:
+        return [r.strip() for r in str(self.reuse or "").split(",") if r.strip()]
 
-def _check_reuse(model, cfg: HyperfitControlsConfig) -> None:
+
+def _trained_windows(model) -> dict:
+    """The windows a reused model was hyperfitted on: the `hyperfit-train` run that saved it (config.json beside its
+    checkpoint/ folder) names them; a zoo descendant is the recipe's."""
+    import json
+
+    from interplab.results.runs import CONFIG_FILE
+    from interplab.zoo.recipes.hyperfit import HYPERFIT_DATA
+
+    manifest = Path(model.path).parent / CONFIG_FILE
+    if manifest.is_file():
+        conf = json.loads(manifest.read_text()).get("config", {})
+        return {"n_sequences": conf.get("n_sequences"), "text": conf.get("text", "")}
+    return {"n_sequences": HYPERFIT_DATA["n_sequences"], "text": ""}
+
+
+def _check_reuse(model, cfg: HyperfitControlsConfig, seed: int) -> None:
     from interplab.core.errors import ConfigError
     from interplab.train.hyperfit import RESULT_DIR, HyperfitResult
-    from interplab.zoo.recipes.hyperfit import HYPERFIT_DATA
 
     prev = HyperfitResult.load(Path(model.path) / RESULT_DIR).config
     mine = {"lr": cfg.lr, "stop_loss": cfg.stop_loss, "batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
-            "method": "full", "seed": cfg.seeds[0]}
+            "method": cfg.method, "seed": seed}
+    if cfg.method == "lora":
+        mine["lora_layers"] = cfg.arm_lora_layers
     bad = {k: (getattr(prev, k), v) for k, v in mine.items() if getattr(prev, k) != v}
-    if cfg.n_sequences != HYPERFIT_DATA["n_sequences"]:
-        bad["n_sequences"] = (HYPERFIT_DATA["n_sequences"], cfg.n_sequences)
+    windows = _trained_windows(model)
+    for k, v in {"n_sequences": cfg.n_sequences, "text": ""}.items():
+        if windows[k] != v:
+            bad[k] = (windows[k], v)
     if bad:
-        raise ConfigError(f"{cfg.reuse} was trained with other settings than this run's hyperfit arm "
-                          f"(theirs, ours): {bad}; set reuse= (empty) to retrain the first seed instead")
+        raise ConfigError(f"{model.name} was trained with other settings than this run's hyperfit arm "
+                          f"(theirs, ours): {bad}; drop it from reuse= to retrain that seed instead")
 
 
 @register_experiment("hyperfit-controls", config=HyperfitControlsConfig,
@@ -287,9 +340,14 @@ def run_hyperfit_controls(cfg: HyperfitControlsConfig, run) -> None:
 
     torch.set_num_threads(max(1, int(cfg.threads)))
     base = _load(cfg.base, cfg.device)
-    reuse = _load(cfg.reuse, cfg.device) if cfg.reuse else None
-    if reuse is not None:
-        _check_reuse(reuse, cfg)
+    if len(cfg.reuse_names) > len(cfg.seeds):
+        from interplab.core.errors import ConfigError
+
+        raise ConfigError(f"reuse names {len(cfg.reuse_names)} models for {len(cfg.seeds)} seeds; give at most one "
+                          "per seed")
+    reuse = [_load(name, cfg.device) for name in cfg.reuse_names]
+    for model, seed in zip(reuse, cfg.seeds):
+        _check_reuse(model, cfg, seed)
     seqs, held = hyperfit_windows(base.tokenizer, {**HYPERFIT_DATA, "n_sequences": cfg.n_sequences,
                                                    "seq_len": cfg.seq_len}, cfg.n_heldout)
     res = hyperfit_controls(base, seqs, held, heldout_texts(cfg.n_texts), cfg, reuse_hyperfit=reuse,

@@ -239,14 +239,18 @@ def k_sweep_figure(sweep, metric: str = "ttr", *, title: str | None = None):
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for i, (place, d) in enumerate(df.sort_values("k").groupby("placement", sort=True)):
         col = QUALITATIVE[i % len(QUALITATIVE)]
+        err = ({} if f"{metric}_lo" not in d.columns else  # the sweep's bootstrap interval over prompts
+               {"error_y": dict(type="data", symmetric=False, array=d[f"{metric}_hi"] - d[metric],
+                                arrayminus=d[metric] - d[f"{metric}_lo"])})
         fig.add_trace(go.Scatter(x=d["k"], y=d[metric], mode="lines+markers", name=f"{metric} ({place})",
-                                 line=dict(color=col)), secondary_y=False)
+                                 line=dict(color=col), **err), secondary_y=False)
         fig.add_trace(go.Scatter(x=d["k"], y=d["trainable_params"], mode="lines", name=f"params ({place})",
                                  line=dict(color=col, dash="dot")), secondary_y=True)
     apply_style(fig, title=title or f"LoRA placement sweep: {metric} vs k", xaxis="k (LoRA layers)")
     fig.update_yaxes(title_text=metric, secondary_y=False)
     fig.update_yaxes(title_text="trainable parameters", secondary_y=True, showgrid=False)
-    fig.update_xaxes(dtick=1)
+    if df["k"].max() <= 12:
+        fig.update_xaxes(dtick=1)
     return fig
 
 

@@ -16,7 +16,7 @@ import copy
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -51,6 +51,9 @@ class FinetuneConfig:
     patience: stop after this many consecutive held-out evaluations (one per epoch) without an improvement larger
     than `min_delta` nats over the best so far; the best weights are kept. run_to_end: keep training to the full
     budget after the stop point (the result then also has the end weights).
+    lora_layers: None = train every parameter; else peft LoRA adapters on these blocks ("last:k", "first:k", "all"
+    or indices; rank lora_r, scaling numerator lora_alpha) with everything else frozen, merged back at the end, so
+    the control has the same parametrisation as a LoRA-hyperfitted model.
     """
 
     lr: float = 1e-3
@@ -65,6 +68,9 @@ class FinetuneConfig:
     patience: int = 3
     min_delta: float = 0.0
     run_to_end: bool = True
+    lora_layers: Any = None
+    lora_r: int = 16
+    lora_alpha: float = 32.0
 
     def validate(self) -> "FinetuneConfig":
         if self.lr <= 0 or not 0 <= self.warmup_frac < 1 or not 0 <= self.min_lr_ratio <= 1:
@@ -106,6 +112,7 @@ class FinetuneResult(Result):
     initial_val_loss: float = float("nan")
     seconds: float = 0.0
     parent: str = ""
+    trainable_params: int = 0
 
     def to_frame(self):
         import pandas as pd
@@ -135,6 +142,12 @@ def finetune_early_stopping(model, seqs: Sequence[Sequence[int]], val_seqs: Sequ
     if not val_seqs:
         raise InputError("early stopping needs held-out sequences (val_seqs)")
     hf, tok, parent = _resolve_source(model)
+    if cfg.lora_layers is not None:
+        from interplab.train.hyperfit import _n_layers, apply_lora, lora_layer_indices
+
+        torch.manual_seed(cfg.seed)
+        hf = apply_lora(hf, lora_layer_indices(cfg.lora_layers, _n_layers(hf)), r=cfg.lora_r, alpha=cfg.lora_alpha)
+    trainable = sum(p.numel() for p in hf.parameters() if p.requires_grad)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     train_ids = tokenize_for_training(tok, seqs, cfg.seq_len)
     val_ids = tokenize_for_training(tok, val_seqs, cfg.seq_len)
@@ -174,11 +187,13 @@ def finetune_early_stopping(model, seqs: Sequence[Sequence[int]], val_seqs: Sequ
     final = hf.eval()
     best_model = copy.deepcopy(final)
     best_model.load_state_dict(state["best"])
+    if cfg.lora_layers is not None:  # plain HF models again, as a LoRA-hyperfitted model is returned
+        final, best_model = final.merge_and_unload(), best_model.merge_and_unload()
     res = FinetuneResult(config=cfg, history=history, budget_steps=int(steps), steps=int(history[-1]["step"]),
                          best_step=int(history[best]["step"]),
                          stop_step=None if stop is None else int(history[stop]["step"]),
                          best_val_loss=float(vals[best]), initial_val_loss=float(vals[0]), seconds=seconds,
-                         parent=parent)
+                         parent=parent, trainable_params=int(trainable))
     res.model, res.final_model = best_model.eval(), final
     return res
 

@@ -60,6 +60,24 @@ with st.expander("Hyperfitting controls (saved run): is the PR growth specific t
                             "stop_step", "best_step", "dW_total") if c in controls.runs.columns]
         st.dataframe(controls.runs[cols].round(4), hide_index=True, key="geo_controls_runs")
 
+with st.expander("Saved runs (e.g. SmolLM2-135M-Instruct): the paper's table and the LoRA k sweep"):
+    st.caption("Runs of `hyperfit-eval` and `hyperfit-ksweep` (ΔDim per layer is in the controls box above), including the committed "
+               "SmolLM2-135M-Instruct runs (Late-Stage LoRA on its last 5 of 30 blocks; docs/hyperfit.md \"On a real "
+               "model\"). A hyperfitted 135M checkpoint is 0.5 GB, so the real model's targets are not shipped; "
+               "`interplab run hyperfit-train --set base=real:smollm2-135m-instruct` makes one.")
+    from interplab.app.widgets import saved_result  # noqa: E402
+    from interplab.figures.geometry import diversity_bars_figure as _bars, k_sweep_figure  # noqa: E402
+
+    ev = saved_result("hyperfit-eval", "eval", key="geo_saved_eval", label="Saved table")
+    if ev is not None:
+        show_figure(_bars(ev.table, metrics=("ttr", "rep2", "rep3", "diversity", "gen_top1")), key="geo_saved_bars")
+        cols = [c for c in ("setting", "kind", "ttr", "ttr_lo", "ttr_hi", "rep2", "rep3", "diversity",
+                            "top1_agreement", "gen_top1", "entropy") if c in ev.table.columns]
+        st.dataframe(ev.table[cols].round(4), hide_index=True, key="geo_saved_table")
+    ks = saved_result("hyperfit-ksweep", "k_sweep", key="geo_saved_ks", label="Saved k sweep")
+    if ks is not None:
+        show_figure(k_sweep_figure(ks.frame), key="geo_saved_ksfig")
+
 with st.sidebar.expander("Data and budget"):
     n_texts = st.number_input("held-out texts", 4, 400, 24, step=4, key="geo_ntexts")
     max_tokens = st.number_input("tokens per text", 16, 1024, 128, step=16, key="geo_maxtok")

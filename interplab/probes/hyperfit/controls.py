@@ -42,6 +42,10 @@ class ControlsConfig:
         (`interplab.train.hyperfit_controls.FinetuneConfig`); its step budget is the hyperfit run's.
     lora_seeds: seeds of the Late-Stage LoRA arm (empty = skip); lora_layers, lora_lr, lora_max_epochs,
         lora_budget_s: its placement, constant lr, epoch cap and wall-clock cap (None = none).
+    method: how the hyperfit, finetune and shuffled arms are parametrised: "full" (every weight) or "lora" (peft
+        adapters of rank 16, alpha 32 on `arm_lora_layers`, merged back; a 135M model's full fine-tuning costs
+        ~15 s per step on 2 CPU cores, so a real-model run compares the arms under LoRA); `lr` and `ft_lr` are
+        then the adapters' learning rates.
     save_dtype: every trained model is rounded to this dtype before it is measured ("float16" = as the shipped
         descendants are stored, so a reused shipped model and retrained seeds are comparable; "float32" = off).
     geometry_batch, max_tokens: `compute_layer_geometry` settings (texts truncated to max_tokens; BOS excluded).
@@ -64,6 +68,8 @@ class ControlsConfig:
     lora_lr: float = 1e-2
     lora_max_epochs: int = 500
     lora_budget_s: float | None = None
+    method: str = "full"
+    arm_lora_layers: str = "last:5"
     save_dtype: str = "float16"
     geometry_batch: int = 16
     max_tokens: int | None = 128
@@ -73,6 +79,8 @@ class ControlsConfig:
             raise ConfigError(f"seeds must be distinct and non-empty, got {self.seeds}")
         if self.save_dtype not in ("float16", "bfloat16", "float32"):
             raise ConfigError(f"save_dtype must be float16, bfloat16 or float32, got {self.save_dtype!r}")
+        if self.method not in ("full", "lora"):
+            raise ConfigError(f"method must be 'full' or 'lora' (how the arms are trained), got {self.method!r}")
         if self.max_epochs < 1 or self.lr <= 0 or self.stop_loss <= 0 or self.ft_patience < 1:
             raise ConfigError("need max_epochs >= 1, lr > 0, stop_loss > 0 and ft_patience >= 1")
         return self
@@ -131,7 +139,9 @@ def summarize_controls(geometry, weights, runs=None):
             rows.append({"arm": arm, "quantity": q, "site": site, "layer": int(layer), "group": "",
                          **intervals(g[q].to_numpy())})
         tot = weights[(weights["group"] == "total")].set_index(["arm", "seed"])["delta_fro"]
-        per = [r.delta_pr / tot.loc[(arm, r.seed)] for r in g.itertuples()]
+        # an early-stopped fine-tune that kept its step-0 weights has ΔW = 0: no ratio there, not a warning
+        per = [r.delta_pr / tot.loc[(arm, r.seed)] if tot.loc[(arm, r.seed)] > 0 else float("nan")
+               for r in g.itertuples()]
         rows.append({"arm": arm, "quantity": "delta_pr_per_dW", "site": site, "layer": int(layer), "group": "",
                      **intervals(per)})
     for (arm, group), g in weights.groupby(["arm", "group"], sort=False):
@@ -189,7 +199,7 @@ def hyperfit_controls(base, seqs: Sequence[Sequence[int]], heldout_seqs: Sequenc
     """Train every arm for every seed from `base` (a LabModel with a checkpoint path) on `seqs` (token-id windows),
     early-stop the fine-tuning arm on `heldout_seqs`, and measure ‖ΔW‖ and per-layer geometry on `texts`.
     reuse_hyperfit: an already hyperfitted LabModel (e.g. zoo:text-hyperfit, whose saved HyperfitResult gives its
-    steps) used as the hyperfit arm's first seed instead of retraining it."""
+    steps), or a list of them, used as the hyperfit arm's first seeds (in order) instead of retraining them."""
     import pandas as pd
 
     from interplab.models.loading import load_hf_model
@@ -207,6 +217,9 @@ def hyperfit_controls(base, seqs: Sequence[Sequence[int]], heldout_seqs: Sequenc
     base_hf = load_hf_model(Path(base.path), device="cpu", dtype=torch.float32)
     tok = base.tokenizer
     hf_kw = dict(lr=cfg.lr, stop_loss=cfg.stop_loss, batch_size=cfg.batch_size, seq_len=cfg.seq_len)
+    arm_kw = dict(method="lora", lora_layers=cfg.arm_lora_layers) if cfg.method == "lora" else {}
+    reused = [] if reuse_hyperfit is None else (list(reuse_hyperfit) if isinstance(reuse_hyperfit, (list, tuple))
+                                                else [reuse_hyperfit])
     runs, geos, ws, hist = [], [], [], []
 
     def measure(hf, arm, seed):
@@ -217,14 +230,14 @@ def hyperfit_controls(base, seqs: Sequence[Sequence[int]], heldout_seqs: Sequenc
         runs[-1]["heldout_loss"] = loss
 
     for i, seed in enumerate(cfg.seeds):
-        if i == 0 and reuse_hyperfit is not None:
-            prev = HyperfitResult.load(Path(reuse_hyperfit.path) / RESULT_DIR)
-            runs.append(_hyperfit_row("hyperfit", seed, prev, source=str(reuse_hyperfit.name)))
+        if i < len(reused):
+            prev = HyperfitResult.load(Path(reused[i].path) / RESULT_DIR)
+            runs.append(_hyperfit_row("hyperfit", seed, prev, source=str(reused[i].name)))
             hist += _history("hyperfit", seed, prev.history)
-            hf_a = load_hf_model(Path(reuse_hyperfit.path), device="cpu", dtype=torch.float32)
+            hf_a = load_hf_model(Path(reused[i].path), device="cpu", dtype=torch.float32)
         else:
             say(f"hyperfit seed {seed}")
-            res = hyperfit(base, seqs, max_epochs=cfg.max_epochs, seed=seed, **hf_kw)
+            res = hyperfit(base, seqs, max_epochs=cfg.max_epochs, seed=seed, **hf_kw, **arm_kw)
             runs.append(_hyperfit_row("hyperfit", seed, res))
             hist += _history("hyperfit", seed, res.history)
             hf_a = res.model
@@ -234,14 +247,15 @@ def hyperfit_controls(base, seqs: Sequence[Sequence[int]], heldout_seqs: Sequenc
         ft = finetune_early_stopping(base, seqs, heldout_seqs, steps=steps, config=FinetuneConfig(
             lr=cfg.ft_lr, weight_decay=cfg.ft_weight_decay, warmup_frac=cfg.ft_warmup_frac,
             min_lr_ratio=cfg.ft_min_lr_ratio, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=seed,
-            patience=cfg.ft_patience, run_to_end=True))
+            patience=cfg.ft_patience, run_to_end=True,
+            lora_layers=cfg.arm_lora_layers if cfg.method == "lora" else None))
         h = ft.to_frame()
         hist += _history("finetune", seed, h.to_dict("records"))
         spe = max(1, -(-len(seqs) // cfg.batch_size))
         common = {"seed": seed, "converged": ft.early_stopped, "seconds": ft.seconds, "source": "trained",
                   "stop_step": ft.stop_step, "best_step": ft.best_step, "initial_val_loss": ft.initial_val_loss,
                   "best_val_loss": ft.best_val_loss, "final_val_loss": float(h["val_loss"].iloc[-1]),
-                  "trainable_params": sum(p.numel() for p in ft.model.parameters())}
+                  "trainable_params": ft.trainable_params}
         at_best = h[h["step"] == ft.best_step]["train_loss"]
         runs.append({**common, "arm": "finetune", "steps": ft.best_step, "epochs": ft.best_step / spe,
                      "final_train_loss": float(at_best.iloc[0]) if len(at_best) else float("nan")})
@@ -251,7 +265,7 @@ def hyperfit_controls(base, seqs: Sequence[Sequence[int]], heldout_seqs: Sequenc
         measure(ft.final_model, "finetune-steps", seed)
         say(f"shuffled seed {seed}")
         res = hyperfit(base, shuffle_within_windows(seqs, seed), seed=seed,
-                       max_epochs=cfg.shuffled_max_epochs or cfg.max_epochs, **hf_kw)
+                       max_epochs=cfg.shuffled_max_epochs or cfg.max_epochs, **hf_kw, **arm_kw)
         runs.append(_hyperfit_row("shuffled", seed, res))
         hist += _history("shuffled", seed, res.history)
         measure(res.model, "shuffled", seed)

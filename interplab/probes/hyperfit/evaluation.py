@@ -51,7 +51,9 @@ class EvalConfig:
     window, 200 prompts need a second window from some of them). new_tokens: generated tokens per prompt (exactly;
     EOS suppressed). batch_size: generation batch. tf_texts: held-out texts for the teacher-forced statistics (entropy,
     agreement, T*, static delta). static_k: K of the static delta. seeds: sampling seeds for the T* (and T=1) rows.
-    alphas: static-injection strengths (the paper's 0.01-0.5 plus 1 and 2). sample_t1: also sample the base at T=1."""
+    alphas: static-injection strengths (the paper's 0.01-0.5 plus 1 and 2). sample_t1: also sample the base at T=1.
+    pool_targets: the targets are seeds of one recipe: add a row "targets pooled" with the mean, sd and a 95 %
+    Student-t interval over them (n = number of targets) of every metric."""
 
     n_prompts: int = 200
     context_tokens: int = 32
@@ -63,6 +65,7 @@ class EvalConfig:
     seeds: int = 5
     alphas: list[float] = field(default_factory=lambda: [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0])
     sample_t1: bool = True
+    pool_targets: bool = False
 
 
 @dataclass
@@ -208,6 +211,9 @@ def evaluate_settings(base, targets: dict, texts: Sequence[str], cfg: EvalConfig
         say(f"target {name}")
         g, txt = t.generate(m)
         t.rows.append(t.row(name, "target", g, txt, teacher_forced_summary(base, tf, target=m)))
+    if cfg.pool_targets and len(targets) >= 2:
+        pooled = _mean_sd([r for r in t.rows if r["kind"] == "target"])
+        t.rows.append({**pooled, "setting": "targets pooled", "kind": "target-pooled", "n_seeds": len(targets)})
     sweep = pd.DataFrame(sweep_rows)
     spear = _spearman(sweep)
     spear["greedy_at_T*_identical_to_base"] = bool(g_t == g_0)

@@ -44,8 +44,10 @@ def test_layer_geometry_page(tmp_path_factory, monkeypatch):
     from interplab.results.runs import shipped_runs
 
     controls = ["geo_controls_ddim__chart", "geo_controls_dw__chart"] if shipped_runs("hyperfit-controls") else []
-    assert [c.key for c in at.get("plotly_chart")] == controls + ["geo_pr__chart", "geo_cosl2__chart",
-                                                                  "geo_spectrum__chart"]
+    saved = (["geo_saved_bars__chart"] if shipped_runs("hyperfit-eval") else []) + (
+        ["geo_saved_ksfig__chart"] if shipped_runs("hyperfit-ksweep") else [])
+    assert [c.key for c in at.get("plotly_chart")] == controls + saved + ["geo_pr__chart", "geo_cosl2__chart",
+                                                                          "geo_spectrum__chart"]
     at.button(key="geo_more").click().run()
     assert not at.exception, at.exception
     keys = [c.key for c in at.get("plotly_chart")]
@@ -79,3 +81,20 @@ def test_layer_geometry_page_shows_saved_controls_run(tmp_path, monkeypatch):
     assert keys[:2] == ["geo_controls_ddim__chart", "geo_controls_dw__chart"]
     runs = next(d.value for d in at.dataframe if set(d.value.columns) >= {"arm", "seed", "dW_total"})
     assert set(runs["arm"]) >= {"hyperfit", "finetune", "finetune-steps", "shuffled"}
+
+
+def test_page_opens_the_shipped_smollm2_table_and_k_sweep(tmp_path, monkeypatch):
+    """Issue 28 §2: with no runs of one's own, the saved-runs box opens the committed SmolLM2 runs (the table with
+    the pooled-seed row, the k sweep)."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("interplab.models.zoo_dirs"), "SHIPPED_DIR", tmp_path / "shipped")
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    assert "hyperfit-eval-smollm2" in str(at.selectbox(key="geo_saved_eval").value)
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert "geo_saved_bars__chart" in keys and "geo_saved_ksfig__chart" in keys
+    table = next(d.value for d in at.dataframe if "setting" in d.value.columns and "ttr_lo" in d.value.columns)
+    assert "targets pooled" in set(table["setting"]) and "base greedy" in set(table["setting"])

@@ -152,3 +152,13 @@ def test_hyperfit_train_runs_on_the_real_model(tmp_path):
     assert run.config["lr"] == pytest.approx(3e-3)  # from the documented SmolLM2 defaults
     m = interplab.load_model(str(path / res.checkpoint))
     assert m.n_layers == 30 and m.d_vocab > 40000
+    # ... and the descendant goes straight into the geometry experiment, named after its run folder
+    geo = run_experiment("hyperfit-geometry", {"base": SMOL, "targets": str(path / res.checkpoint), "n_texts": "4",
+                                               "n_prompts": "2", "new_tokens": "4", "max_tokens": "32"},
+                         root=tmp_path)
+    g = load_run(geo).table("geometry")
+    last = g[(g["site"] == "resid_post") & (g["layer"] == 29) & (g["tokens"] == "teacher_forced") & ~g["bos"]]
+    first = g[(g["site"] == "resid_post") & (g["layer"] == 0) & (g["tokens"] == "teacher_forced") & ~g["bos"]]
+    assert set(g["target"]) == {path.name}
+    assert float(first["delta_pr"].iloc[0]) == pytest.approx(0.0, abs=1e-6)  # block 0 has no adapter
+    assert float(last["cos"].iloc[0]) < 1.0  # the adapted last block moved

@@ -1,0 +1,301 @@
+"""docs/hyperfit.md "On a real model" equals the committed SmolLM2-135M-Instruct runs (results/hyperfit-*-smollm2/):
+every table row is rebuilt here from the outputs (the docs were written from these functions), so docs and outputs
+cannot drift, and a drifted output fails."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results"
+DOCS = ROOT / "docs" / "hyperfit.md"
+SECTION = "## On a real model: SmolLM2-135M-Instruct"
+SEEDS = (0, 1, 2)
+
+
+def run_dir(kind: str, label: str) -> Path:
+    d = RESULTS / f"{kind}-smollm2" / label
+    assert (d / "config.json").is_file(), f"missing committed run {d}"
+    return d
+
+
+def section() -> str:
+    text = DOCS.read_text(encoding="utf-8")
+    assert SECTION in text, f"docs/hyperfit.md lacks {SECTION!r}"
+    return text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+
+
+def ci(mean, lo, hi, digits: int = 3, sign: str = "") -> str:
+    return f"{mean:{sign}.{digits}f} [{lo:{sign}.{digits}f}, {hi:{sign}.{digits}f}]"
+
+
+# ---- training ---------------------------------------------------------------------------------------------------
+def train_row(seed: int) -> str:
+    d = run_dir("hyperfit-train", f"lora-last5-seed{seed}")
+    res = json.loads((d / "json" / "hyperfit.json").read_text())
+    h = pd.read_csv(d / "tables" / "history.csv")
+    return (f"| {seed} | {res['epochs']} | {res['steps']} | {h['train_loss'].iloc[0]:.3f} → "
+            f"{h['train_loss'].iloc[-1]:.3f} | {'yes' if res['converged'] else 'no'} | {res['seconds']:.0f} s | "
+            f"{res['trainable_params']:,} of {res['total_params']:,} |")
+
+
+# ---- the paper's table ------------------------------------------------------------------------------------------
+EVAL = ("hyperfit-eval", "lora-last5-3seeds")
+
+
+def eval_table() -> pd.DataFrame:
+    return pd.read_csv(run_dir(*EVAL) / "eval" / "table.csv")
+
+
+def _cell(r, col: str, digits: int = 3) -> str:
+    if "_lo" in r.index or f"{col}_lo" in r.index:
+        lo, hi = r.get(f"{col}_lo"), r.get(f"{col}_hi")
+        if lo == lo and hi == hi and r["kind"] in ("temperature", "target-pooled"):
+            return ci(r[col], lo, hi, digits)
+    return f"{r[col]:.{digits}f}"
+
+
+def eval_rows(t: pd.DataFrame | None = None) -> list[str]:
+    t = eval_table() if t is None else t
+    out = []
+    for _, r in t.iterrows():
+        cells = [f"`{r['setting']}`"] + [_cell(r, c) for c in ("ttr", "rep2", "rep3", "diversity", "loop_rate",
+                                                                "top1_agreement", "gen_top1", "entropy")]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+# ---- rank reordering --------------------------------------------------------------------------------------------
+RANKS = ("hyperfit-ranks", "lora-last5-seed0")
+
+
+def ranks_row() -> str:
+    d = run_dir(*RANKS)
+    s = pd.read_csv(d / "tables" / "summary.csv").iloc[0]
+    h = pd.read_csv(d / "tables" / "histograms.csv").set_index("bin")["fraction"]
+    bins = " / ".join(f"{h[b]:.3f}" for b in ("1", "2-10", "11-200", ">200"))
+    return (f"| `{s['target']}` | {int(s['n_steps']):,} | {s['override_rate']:.3f} | {bins} | "
+            f"{100 * s['frac_rank_gt10_of_overrides']:.1f} % | {s['top1_agreement']:.3f} | "
+            f"{s['tau_base']:.3f} / {s['tau_target']:.3f} | {s['h_base']:.2f} → {s['h_target']:.2f} | "
+            f"{s['nll_base']:.2f} → {s['nll_target']:.2f} |")
+
+
+# ---- geometry (controls: t intervals over seeds) ----------------------------------------------------------------
+CONTROLS = ("hyperfit-controls", "lora-last5-3seeds")
+ARMS = ("hyperfit", "finetune", "finetune-steps", "shuffled")
+LAYERS = (0, 10, 20, 24, 25, 26, 27, 28, 29)
+
+
+def controls_summary() -> pd.DataFrame:
+    return pd.read_csv(run_dir(*CONTROLS) / "tables" / "summary.csv").fillna({"site": "", "group": ""})
+
+
+def controls_runs() -> pd.DataFrame:
+    return pd.read_csv(run_dir(*CONTROLS) / "tables" / "runs.csv")
+
+
+def delta_dim_rows(s: pd.DataFrame | None = None) -> list[str]:
+    s = controls_summary() if s is None else s
+    out = []
+    for arm in ARMS:
+        d = s[(s["arm"] == arm) & (s["quantity"] == "delta_pr")]
+        rp = d[d["site"] == "resid_post"].set_index("layer")
+        fn = d[d["site"] == "final_norm"].iloc[0]
+        cells = [f"`{arm}`", str(int(rp["n"].max()))] + [
+            ci(rp.loc[l, "mean"], rp.loc[l, "lo"], rp.loc[l, "hi"], 1, "+") for l in LAYERS] + [
+            ci(fn["mean"], fn["lo"], fn["hi"], 1, "+")]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def base_pr_row(s: pd.DataFrame | None = None) -> str:
+    """The base model's PR at the same layers (hyperfit-geometry, teacher-forced, position 0 excluded)."""
+    geo = pd.read_csv(run_dir("hyperfit-geometry", "lora-last5-3seeds") / "tables" / "geometry.csv")
+    t = geo[(geo["tokens"] == "teacher_forced") & (~geo["bos"])]
+    first = t[t["target"] == sorted(set(t["target"]))[0]]
+    rp = first[first["site"] == "resid_post"].set_index("layer")["pr_a"]
+    fn = first[first["site"] == "final_norm"]["pr_a"].iloc[0]
+    return "| base PR | – | " + " | ".join(f"{rp.loc[l]:.1f}" for l in LAYERS) + f" | {fn:.1f} |"
+
+
+def geometry_rows() -> list[str]:
+    """Per seed (hyperfit-geometry): ΔDim of the last block and after the final norm, teacher-forced without and
+    with position 0, and on the target's own generations; the base → target PR of the last block (teacher-forced)."""
+    geo = pd.read_csv(run_dir("hyperfit-geometry", "lora-last5-3seeds") / "tables" / "geometry.csv")
+    last = int(geo[geo["site"] == "resid_post"]["layer"].max())
+    out = []
+    for target, g in geo.groupby("target", sort=True):
+        def at(site, tokens, bos, col="delta_pr"):
+            sel = g[(g["site"] == site) & (g["tokens"] == tokens) & (g["bos"] == bos)]
+            if site == "resid_post":
+                sel = sel[sel["layer"] == last]
+            return float(sel[col].iloc[0])
+        cells = [f"`{target}`", f"{at('resid_post', 'teacher_forced', False, 'pr_a'):.1f} → "
+                 f"{at('resid_post', 'teacher_forced', False, 'pr_b'):.1f}"]
+        for site in ("resid_post", "final_norm"):
+            cells += [f"{at(site, 'teacher_forced', False):+.1f}", f"{at(site, 'teacher_forced', True):+.1f}",
+                      f"{at(site, 'generated', False):+.1f}"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def controls_run_rows(r: pd.DataFrame | None = None) -> list[str]:
+    r = controls_runs() if r is None else r
+    out = []
+    for arm in ARMS:
+        d = r[r["arm"] == arm].sort_values("seed")
+        steps = "/".join(str(int(v)) for v in d["steps"])
+        loss = "/".join(f"{v:.3f}" for v in d["final_train_loss"])
+        held = "/".join(f"{v:.2f}" for v in d["heldout_loss"])
+        dw = "/".join(f"{v:.3f}" for v in d["dW_total"])
+        conv = "/".join("yes" if v else "no" for v in d["converged"])
+        out.append(f"| `{arm}` | {steps} | {loss} | {conv} | {held} | {dw} |")
+    return out
+
+
+# ---- Late-Stage LoRA k sweep ------------------------------------------------------------------------------------
+KSWEEP = ("hyperfit-ksweep", "ks-1-5-30")
+
+
+def ksweep_frame() -> pd.DataFrame:
+    return pd.read_csv(run_dir(*KSWEEP) / "k_sweep" / "frame.csv")
+
+
+def ksweep_rows(f: pd.DataFrame | None = None) -> list[str]:
+    f = ksweep_frame() if f is None else f
+    out = []
+    for _, r in f.iterrows():
+        blocks = [int(b) for b in str(r["layers"]).split(",")]
+        span = f"{blocks[0]}–{blocks[-1]}" if blocks == list(range(blocks[0], blocks[-1] + 1)) and len(blocks) > 1 \
+            else ",".join(map(str, blocks))
+        out.append(f"| {r['placement']} | {int(r['k'])} | {span} | {int(r['trainable_params']):,} | "
+                   f"{int(r['epochs'])} | {r['final_loss']:.3f} | {'yes' if r['converged'] else 'no'} | "
+                   f"{r['seconds']:.0f} s | {ci(r['ttr'], r['ttr_lo'], r['ttr_hi'])} | {r['rep2']:.3f} | "
+                   f"{r['top1_agreement']:.3f} | {r['entropy']:.2f} |")
+    return out
+
+
+# ---- the tests ----------------------------------------------------------------------------------------------------
+def test_training_rows():
+    sec = section()
+    for seed in SEEDS:
+        assert train_row(seed) in sec, f"docs lack the training row of seed {seed}:\n{train_row(seed)}"
+
+
+def test_table_rows():
+    sec = section()
+    for line in eval_rows():
+        assert line in sec, f"docs lack the hyperfit-eval row:\n{line}"
+
+
+def test_rank_row():
+    assert ranks_row() in section()
+
+
+def test_delta_dim_rows_and_runs():
+    sec = section()
+    for line in delta_dim_rows() + [base_pr_row()] + controls_run_rows() + geometry_rows():
+        assert line in sec, f"docs lack the controls row:\n{line}"
+
+
+def test_ksweep_rows():
+    sec = section()
+    for line in ksweep_rows():
+        assert line in sec, f"docs lack the k-sweep row:\n{line}"
+
+
+def test_a_drifted_output_fails():
+    t = eval_table()
+    t.loc[t.index[0], "ttr"] += 0.01
+    assert any(line not in section() for line in eval_rows(t))
+    s = controls_summary()
+    i = s.index[(s["arm"] == "hyperfit") & (s["quantity"] == "delta_pr")][-1]
+    s.loc[i, "mean"] += 1.0
+    assert any(line not in section() for line in delta_dim_rows(s))
+
+
+@pytest.mark.parametrize("kind,label", [("hyperfit-train", f"lora-last5-seed{s}") for s in SEEDS]
+                         + [EVAL, RANKS, CONTROLS, KSWEEP, ("hyperfit-geometry", "lora-last5-3seeds")])
+def test_committed_runs_are_intact_and_name_no_machine_path(kind, label):
+    from interplab.results.runs import read_manifest, run_problems
+
+    d = run_dir(kind, label)
+    m = read_manifest(d)
+    assert m["status"] == "complete" and m["kind"] == kind and m["name"] == label and not run_problems(d, m)
+    assert (RESULTS / f"{kind}-smollm2" / "README.md").is_file()
+    for f in d.rglob("*"):
+        if f.suffix in (".json", ".csv"):
+            assert "/tmp/" not in f.read_text(encoding="utf-8"), f"{f} names a machine path"
+
+
+# ---- numbers quoted in the prose --------------------------------------------------------------------------------
+def quotes() -> dict[str, str]:
+    """Every number the section's prose quotes, formatted from the committed outputs."""
+    t = eval_table().set_index("setting")
+    base, pooled = t.loc["base greedy"], t.loc["targets pooled"]
+    tstar = t[t["kind"] == "temperature"].iloc[0]
+    static = t[t["kind"] == "static"]
+    q = {
+        "base_ttr": f"{base['ttr']:.3f}",
+        "pooled_ttr": ci(pooled["ttr"], pooled["ttr_lo"], pooled["ttr_hi"]),
+        "tstar": f"{tstar['temperature']:.3f}",
+        "tstar_ttr": ci(tstar["ttr"], tstar["ttr_lo"], tstar["ttr_hi"]),
+        "base_loop": f"{base['loop_rate']:.3f}",
+        "pooled_loop": ci(pooled["loop_rate"], pooled["loop_rate_lo"], pooled["loop_rate_hi"]),
+        "tstar_loop": f"{tstar['loop_rate']:.3f}",
+        "base_rep2": f"{base['rep2']:.3f}",
+        "pooled_rep2": f"{pooled['rep2']:.3f}",
+        "pooled_entropy": f"{pooled['entropy']:.3f}",
+        "base_entropy": f"{base['entropy']:.3f}",
+        "static_alphas": ", ".join(f"{a:g}" for a in static["alpha"]),
+        "static_same": "yes" if ((static["ttr"] == base["ttr"]).all() and (static["gen_top1"] == 1.0).all()) else "no",
+        "pooled_gen_top1": f"{pooled['gen_top1']:.3f}",
+    }
+    r = pd.read_csv(run_dir(*RANKS) / "tables" / "summary.csv").iloc[0]
+    q.update({"override": f"{r['override_rate']:.3f}", "gt10": f"{100 * r['frac_rank_gt10_of_overrides']:.1f} %",
+              "gt200": f"{100 * r['frac_rank_gt200_of_overrides']:.1f} %", "nll_base": f"{r['nll_base']:.2f}",
+              "nll_target": f"{r['nll_target']:.2f}"})
+    geo = pd.read_csv(run_dir("hyperfit-geometry", "lora-last5-3seeds") / "tables" / "geometry.csv")
+    rp = geo[geo["site"] == "resid_post"]
+    last = int(rp["layer"].max())
+
+    def span(sel, col="delta_pr"):
+        return f"{sel[col].min():+.1f} to {sel[col].max():+.1f}"
+    tf0 = rp[(rp["tokens"] == "teacher_forced") & ~rp["bos"]]
+    q["geo_last"] = span(tf0[tf0["layer"] == last])
+    q["geo_last_bos"] = span(rp[(rp["tokens"] == "teacher_forced") & rp["bos"] & (rp["layer"] == last)])
+    q["geo_last_gen"] = span(rp[(rp["tokens"] == "generated") & (rp["layer"] == last)])
+    q["geo_mid"] = span(tf0[(tf0["layer"] >= last - 4) & (tf0["layer"] < last)])
+    q["geo_frozen_max"] = f"{tf0[tf0['layer'] < last - 4]['delta_pr'].abs().max():.1f}"
+    q["geo_base_last"] = f"{tf0[tf0['layer'] == last]['pr_a'].iloc[0]:.1f}"
+    q["geo_target_last"] = f"{tf0[tf0['layer'] == last]['pr_b'].min():.1f}–{tf0[tf0['layer'] == last]['pr_b'].max():.1f}"
+    cs = controls_summary()
+    for arm in ARMS:
+        d = cs[(cs["arm"] == arm) & (cs["quantity"] == "delta_pr") & (cs["site"] == "resid_post")]
+        row = d[d["layer"] == d["layer"].max()].iloc[0]
+        q[f"ctl_{arm}_last"] = ci(row["mean"], row["lo"], row["hi"], 1, "+")
+        w = cs[(cs["arm"] == arm) & (cs["quantity"] == "delta_fro") & (cs["group"] == "total")].iloc[0]
+        q[f"ctl_{arm}_dw"] = ci(w["mean"], w["lo"], w["hi"], 2)
+    f = ksweep_frame().set_index(["placement", "k"])
+    for (place, k), r in f.iterrows():
+        q[f"ks_{place}{k}_ttr"] = f"{r['ttr']:.3f}"
+    return q
+
+
+def test_prose_quotes_equal_outputs():
+    sec = section()
+    for name, value in quotes().items():
+        if name == "static_same":
+            assert value == "yes"  # the prose says the injection left every greedy generation unchanged
+            continue
+        assert value in sec, f"docs prose lacks {name} = {value}"
+
+
+def test_readme_quotes_the_smollm2_runs():
+    flat = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    q = quotes()
+    for key in ("geo_last", "base_ttr", "pooled_ttr", "tstar_ttr", "ks_late30_ttr", "ks_late5_ttr"):
+        assert q[key] in flat, f"README.md does not quote {key} = {q[key]}"

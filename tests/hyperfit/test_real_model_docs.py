@@ -297,5 +297,6 @@ def test_prose_quotes_equal_outputs():
 def test_readme_quotes_the_smollm2_runs():
     flat = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     q = quotes()
-    for key in ("geo_last", "base_ttr", "pooled_ttr", "tstar_ttr", "ks_late30_ttr", "ks_late5_ttr"):
+    for key in ("geo_last", "base_ttr", "pooled_ttr", "tstar_ttr", "ks_late30_ttr", "ks_late5_ttr",
+                "ctl_finetune-steps_last", "ctl_shuffled_last"):
         assert q[key] in flat, f"README.md does not quote {key} = {q[key]}"

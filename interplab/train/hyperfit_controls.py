@@ -23,7 +23,8 @@ import torch
 
 from interplab.core.errors import ConfigError, InputError, ShapeError
 from interplab.core.result import Result
-from interplab.train.hyperfit import HyperfitConfig, _EpochSource, _resolve_source, _validate, tokenize_for_training
+from interplab.train.hyperfit import (HyperfitConfig, _EpochSource, _resolve_source, _validate, count_trainable,
+                                     tokenize_for_training)
 
 __all__ = ["shuffle_within_windows", "FinetuneConfig", "FinetuneResult", "finetune_early_stopping",
            "early_stop_index", "weight_change", "heldout_loss"]
@@ -147,7 +148,7 @@ def finetune_early_stopping(model, seqs: Sequence[Sequence[int]], val_seqs: Sequ
 
         torch.manual_seed(cfg.seed)
         hf = apply_lora(hf, lora_layer_indices(cfg.lora_layers, _n_layers(hf)), r=cfg.lora_r, alpha=cfg.lora_alpha)
-    trainable = sum(p.numel() for p in hf.parameters() if p.requires_grad)
+    trainable = count_trainable(hf)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     train_ids = tokenize_for_training(tok, seqs, cfg.seq_len)
     val_ids = tokenize_for_training(tok, val_seqs, cfg.seq_len)

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from interplab.core.errors import ConfigError
 from interplab.core.result import Result
-from interplab.probes.hyperfit.repetition import generation_metrics, ttr
+from interplab.probes.hyperfit.repetition import GenerationMetricsConfig, generation_metrics, ttr
 from interplab.probes.stats import bootstrap_ci
 from interplab.probes.hyperfit.evaluation import teacher_forced_summary
 from interplab.probes.hyperfit.inputs import context_prompts, generate_continuations
@@ -95,7 +95,8 @@ def k_sweep(base, seqs: list[list[int]], texts: Sequence[str], cfg: KSweepConfig
             g, t = generate_continuations(m, prompts, max_new_tokens=cfg.new_tokens, batch_size=cfg.batch_size)
             tfs = teacher_forced_summary(base, tf, target=m)
         met = generation_metrics(g, t)
-        _, lo, hi = bootstrap_ci([ttr(s[:96], None) for s in g], B=2000, seed=cfg.seed)
+        window = GenerationMetricsConfig().window  # the same TTR window generation_metrics used for "ttr"
+        _, lo, hi = bootstrap_ci([ttr(s[:window], None) for s in g], B=2000, seed=cfg.seed)
         rows.append({"k": k, "placement": place, "layers": ",".join(map(str, res.lora_layers)),
                      "trainable_params": res.trainable_params, "final_loss": res.final_loss,
                      "converged": res.converged, "epochs": res.epochs, "seconds": res.seconds,

@@ -17,7 +17,7 @@ import numpy as np
 
 from interplab.core.errors import ShapeError
 
-__all__ = ["MASSIVE_FACTOR", "ActivationScale", "activation_scale"]
+__all__ = ["MASSIVE_FACTOR", "ActivationScale", "activation_scale", "massive_mask"]
 
 # Sun et al. call an activation massive at ~1000x the median magnitude; 10x the median norm separates SmolLM2's and
 # Gemma-3's sink positions (>= 100x) from ordinary ones (within ~3x of the median) with a wide margin either side.
@@ -57,3 +57,27 @@ def activation_scale(acts, *, massive_factor: float = MASSIVE_FACTOR) -> Activat
     ordinary = norms <= massive_factor * med
     return ActivationScale(typical=float(norms[ordinary].mean()), median=med, mean_all=float(norms.mean()),
                            n=int(norms.size), n_massive=int((~ordinary).sum()))
+
+
+def massive_mask(acts, massive_factor: float = MASSIVE_FACTOR, real=None):
+    """True at the massive positions of torch activations [..., p, d]: norm above `massive_factor` x the median norm
+    of the same sequence (the last-but-one axis; a 2-D [n, d] input is one sequence). The rule `activation_scale`
+    uses, per sequence, so an SAE can be trained and evaluated without a sequence's attention-sink position.
+
+    real: optional bool [..., p], the positions that count for the median (a padded batch: padding positions can be
+    sinks themselves and would otherwise carry the median of a short row up to the sink's norm)."""
+    import torch
+
+    if not massive_factor > 1:
+        raise ValueError(f"massive_factor must be > 1 (a multiple of the median norm); got {massive_factor}")
+    if acts.ndim < 2 or acts.shape[-2] == 0:
+        raise ShapeError(f"massive_mask needs activations [..., p, d] with p >= 1; got shape {tuple(acts.shape)}")
+    norms = acts.detach().float().norm(dim=-1)
+    if real is None:
+        med = norms.median(dim=-1, keepdim=True).values
+    else:
+        real = real.to(norms.device).bool()
+        if real.shape != norms.shape:
+            raise ShapeError(f"real mask {tuple(real.shape)} must match the positions {tuple(norms.shape)}")
+        med = torch.where(real, norms, torch.nan).nanmedian(dim=-1, keepdim=True).values
+    return norms > massive_factor * med

@@ -12,9 +12,9 @@ from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, SAERecipe, SAERun, fast_vs_block, metrics_row,
                                    special_token_steering, train_one)
-from interplab.sae.data import sae_data
+from interplab.sae.data import load_sae_data
 
-__all__ = ["SAETrainRunConfig", "FastVsBlockConfig", "SteerSweepConfig", "SAESyntheticConfig"]
+__all__ = ["SAETrainRunConfig", "FastVsBlockConfig", "SteerSweepConfig", "SAESyntheticConfig", "steering_summary"]
 
 
 def _load(name: str, threads: int):
@@ -28,8 +28,9 @@ def _load(name: str, threads: int):
 
 @dataclass
 class SAEModel:
-    """model: model to load. threads: torch threads. data: a chat file of your own (`messages` JSONL or
-    user/assistant CSV; docs/data.md) instead of the toy dialogues (empty)."""
+    """model: model to load. threads: torch threads. data: "" = the toy dialogues, "offline-chat" = the built-in chat
+    set for a real chat model (`interplab.data.chat_corpus`), or a chat file of your own (`messages` JSONL or
+    user/assistant CSV; docs/data.md)."""
 
     model: str = "zoo:toy-chat"
     threads: int = 1
@@ -37,11 +38,7 @@ class SAEModel:
 
 
 def _sae_data(cfg, model, n_train: int, n_eval: int, n_text: int):
-    if cfg.data:
-        from interplab.sae.data import user_sae_data
-
-        return user_sae_data(cfg.data, n_train, n_eval, n_text, cfg.seed)
-    return sae_data(model, n_train, n_eval, n_text, cfg.seed)
+    return load_sae_data(model, cfg.data, n_train, n_eval, n_text, cfg.seed)
 
 
 @dataclass
@@ -69,8 +66,10 @@ def sae_train(cfg: SAETrainRunConfig, run) -> None:
     out = Path(run.path) / "sae"
     train_one(model, data, out, method=cfg.method, architecture=cfg.architecture, site=cfg.site, steps=cfg.steps,
               batch_tokens=cfg.batch_tokens, lr=cfg.lr, expansion=cfg.expansion, l1_coefficient=cfg.l1_coefficient,
-              l0_coefficient=cfg.l0_coefficient, k=cfg.k, mode=cfg.mode, context_size=cfg.context_size, seed=cfg.seed)
-    row = metrics_row(model, out, data.eval, method=METHOD_LABELS[cfg.method], architecture=cfg.architecture)
+              l0_coefficient=cfg.l0_coefficient, k=cfg.k, mode=cfg.mode, context_size=cfg.context_size, seed=cfg.seed,
+              exclude_massive=cfg.exclude_massive, micro_batch=cfg.micro_batch)
+    row = metrics_row(model, out, data.eval, method=METHOD_LABELS[cfg.method], architecture=cfg.architecture,
+                      micro_batch=cfg.micro_batch)
     res = SAERun({k: v for k, v in row.items() if k != "path"}, run.relative(out))
     run.save_result("run", res)                    # the typed result; the table below is a view of it
     run.save_table("metrics", res.to_frame())
@@ -122,9 +121,35 @@ def sae_steer_sweep(cfg: SteerSweepConfig, run) -> None:
                                  max_new_tokens=cfg.max_new_tokens, feature=cfg.feature)
     run.save_result("steering_sweep", res.sweep)
     run.save_table("steering", res.table)
+    run.save_table("steering_summary", steering_summary(res.table))
     save_figure(run, "steering", steering_sweep_figure(res.sweep))
     run.save_json("summary", {"feature": res.feature, "mean_residual_norm": res.mean_norm, "sae_dir": cfg.sae_dir,
                               "site": site, "steering_unit": res.scale})
+
+
+STEER_METRICS = ("target_activation", "answer_kept", "exact_match", "distinct_ratio", "repeated_3gram_frac",
+                 "reply_len")
+
+
+def steering_summary(table):
+    """One row per steering strength (alpha_rel): n prompts and, for every per-reply metric present, its mean with a
+    95 % percentile-bootstrap interval over prompts (`interplab.probes.stats.intervals`; replies are the unit, so no
+    normal approximation on a handful of them). answer_kept / exact_match count only prompts that have an answer."""
+    import pandas as pd
+
+    from interplab.probes.stats import intervals
+
+    rows = []
+    for a, g in table.groupby("alpha_rel", sort=True):
+        row = {"alpha_rel": float(a), "n": int(len(g))}
+        for m in STEER_METRICS:
+            if m in g:
+                v = pd.to_numeric(g[m], errors="coerce").dropna()
+                if len(v) >= 2:
+                    ci = intervals(v.to_numpy(float), method="bootstrap")
+                    row.update({m: ci["mean"], f"{m}_lo": ci["lo"], f"{m}_hi": ci["hi"], f"n_{m}": int(len(v))})
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 @register_experiment("sae-fast-vs-block", config=FastVsBlockConfig,

@@ -101,8 +101,9 @@ def matched_l0(table: pd.DataFrame, metrics=MATCHED_METRICS, n_targets: int = 3)
 @dataclass
 class SAEParetoConfig(ParetoConfig):
     """FAST vs BT(F) vs BT(P) at matched L0 (`ParetoConfig`: methods, ks, l1_coefficients, seeds, steps, evals and
-    the `SAERecipe` fields, `seed` = data seed). model: model to load; threads: torch threads; data: a chat file of
-    your own (docs/data.md) instead of the toy dialogues. n_train, n_text, n_eval: dialogues for FAST/BT(F), plain
+    the `SAERecipe` fields, `seed` = data seed). model: model to load; threads: torch threads; data: "" = the toy
+    dialogues, "offline-chat" = the built-in chat set for a real chat model (`interplab.data.chat_corpus`), or a chat
+    file of your own (docs/data.md). n_train, n_text, n_eval: dialogues for FAST/BT(F), plain
     texts for BT(P), held-out evaluation dialogues (both eval distributions use the same ones). keep_saes: keep
     every SAE directory in the run folder (default off: the sweep's weights are deleted)."""
 
@@ -130,15 +131,14 @@ def sae_pareto_experiment(cfg: SAEParetoConfig, run) -> None:
 
     from interplab.figures.sae import pareto_figure
     from interplab.models.loading import load_model
-    from interplab.sae.data import sae_data, user_sae_data
+    from interplab.sae.data import load_sae_data
     from interplab.sae.pareto import sae_pareto
 
     t0 = time.perf_counter()
     cfg.validate()
     torch.set_num_threads(cfg.threads)
     model = load_model(cfg.model)
-    data = (user_sae_data(cfg.data, cfg.n_train, cfg.n_eval, cfg.n_text, cfg.seed) if cfg.data
-            else sae_data(model, cfg.n_train, cfg.n_eval, cfg.n_text, cfg.seed))
+    data = load_sae_data(model, cfg.data, cfg.n_train, cfg.n_eval, cfg.n_text, cfg.seed)
     res = sae_pareto(model, data, cfg, out_dir=Path(run.path) / "saes" if cfg.keep_saes else None,
                      progress=lambda s: print(f"  training {s}", flush=True),
                      on_rows=lambda df: run.save_table("runs", df, overwrite=True))

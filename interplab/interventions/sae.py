@@ -18,7 +18,8 @@ import torch
 from interplab.core.edit import PHASES, Edit
 from interplab.core.errors import ConfigError, InputError, ShapeError
 
-__all__ = ["SAESplice", "SAESteer", "site_to_hook_name", "hook_name_to_site", "sae_site", "load_sae"]
+__all__ = ["SAESplice", "SAESteer", "site_to_hook_name", "hook_name_to_site", "sae_site", "load_sae",
+           "sae_exclude_massive"]
 
 # interplab site kind -> TransformerLens (legacy) hook suffix used by SAELens metadata.
 _SITE_TO_HOOK = {
@@ -75,25 +76,47 @@ def load_sae(sae_or_path: Any, device: str = "cpu"):
     return sae_or_path
 
 
-class SAESplice(Edit):
-    """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real position."""
+def sae_exclude_massive(sae: Any) -> float:
+    """The massive-position factor an SAE was trained with (its metadata's `exclude_massive`; 0 = none, also for SAEs
+    trained elsewhere): those positions were never in its training data, so evaluation and splicing leave them out."""
+    md = sae.cfg.metadata
+    v = md.get("exclude_massive") if hasattr(md, "get") else getattr(md, "exclude_massive", None)
+    return float(v or 0.0)
 
-    def __init__(self, sae: Any, site: str | None = None, phases: Sequence[str] = PHASES):
+
+class SAESplice(Edit):
+    """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real position, except the
+    massive positions of an SAE trained without them (`exclude_massive`, default from the SAE's metadata): there the
+    activation is kept, as an SAE trained without a model's attention sink cannot reconstruct it."""
+
+    def __init__(self, sae: Any, site: str | None = None, phases: Sequence[str] = PHASES,
+                 exclude_massive: float | None = None):
         self.sae = load_sae(sae)
         self.sites = (sae_site(self.sae, site),)
         self.phases = tuple(phases)
         self._validate_phases()
+        self.exclude_massive = sae_exclude_massive(self.sae) if exclude_massive is None else float(exclude_massive)
 
     def apply(self, site, x, ctx):
         if x.shape[-1] != self.sae.cfg.d_in:
             raise ShapeError(f"SAE d_in {self.sae.cfg.d_in} does not match {site} width {x.shape[-1]}")
         dev = self.sae.W_dec.device
         with torch.no_grad():
-            xh = self.sae.decode(self.sae.encode(x.to(dev, self.sae.W_dec.dtype)))
-        return xh.to(device=x.device, dtype=x.dtype)
+            xh = self.sae.decode(self.sae.encode(x.to(dev, self.sae.W_dec.dtype))).to(device=x.device, dtype=x.dtype)
+            if self.exclude_massive and x.ndim >= 2:
+                from interplab.core.scale import massive_mask
+
+                real = ctx.real if ctx is not None and getattr(ctx, "real", None) is not None else None
+                if real is not None and real.shape != x.shape[:-1]:
+                    real = None
+                keep = massive_mask(x, self.exclude_massive, real=real)
+                xh = torch.where(keep[..., None], x, xh)
+        return xh
 
     def __repr__(self):
-        return f"SAESplice(site={self.sites[0]!r}, d_sae={self.sae.cfg.d_sae}, arch={self.sae.cfg.architecture()!r})"
+        extra = f", exclude_massive={self.exclude_massive:g}" if self.exclude_massive else ""
+        return (f"SAESplice(site={self.sites[0]!r}, d_sae={self.sae.cfg.d_sae}, "
+                f"arch={self.sae.cfg.architecture()!r}{extra})")
 
 
 class SAESteer(Edit):

@@ -4,6 +4,7 @@ Delta Loss over all positions and over assistant answers), packing leakage, GSNR
 parameters, the special-token features and the special-token steering sweep (App. F)."""
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from interplab.sae.data import SAEData
 from interplab.sae.features import FeatureStats
 from interplab.sae.steering import SteeringSweepResult
 
-__all__ = ["METHOD_LABELS", "SAERecipe", "train_one", "metrics_row", "SAERun", "leakage_table", "SpecialTokenSteering",
+__all__ = ["METHOD_LABELS", "SAERecipe", "train_one", "arm_provider", "metrics_row", "SAERun", "leakage_table", "SpecialTokenSteering",
            "special_token_steering", "ComparisonConfig", "FastVsBlockResult", "fast_vs_block"]
 
 METHOD_LABELS = {"fast": "FAST", "bt_f": "BT(F)", "bt_p": "BT(P)"}
@@ -24,7 +25,12 @@ METHOD_LABELS = {"fast": "FAST", "bt_f": "BT(F)", "bt_p": "BT(P)"}
 @dataclass
 class SAERecipe:
     """Settings every SAE of a comparison shares: site, SAE width (expansion = d_sae / d_model), optimisation
-    (batch_tokens, lr), sparsity (l1_coefficient, l0_coefficient), BT block length (context_size), seed."""
+    (batch_tokens, lr), sparsity (l1_coefficient, l0_coefficient), BT block length (context_size), seed, and
+    exclude_massive (0 = train and evaluate on every position; a factor > 1 leaves out each sequence's massive
+    positions, `interplab.sae.training.SAETrainConfig`: needed on a real model, whose first token is an attention
+    sink with ~100x the ordinary norm); micro_batch: dialogues per FAST forward, for training and evaluation (padded
+    micro-batches equal batch 1; on CPU a real model runs fastest unpadded, micro_batch=1: 531 vs 123 tokens/s for
+    SmolLM2 at 32)."""
 
     site: str = "resid_post.1"
     expansion: int = 8
@@ -34,6 +40,8 @@ class SAERecipe:
     l0_coefficient: float = 0.5
     context_size: int = 128
     seed: int = 42
+    exclude_massive: float = 0.0
+    micro_batch: int = 32
 
 
 def train_one(model: Any, data: SAEData, out_dir: Path, *, method: str, architecture: str, site: str, steps: int,
@@ -41,27 +49,47 @@ def train_one(model: Any, data: SAEData, out_dir: Path, *, method: str, architec
               l0_coefficient: float = 0.5, k: int = 16, mode: str = "paper", context_size: int = 128,
               seed: int = 42, checkpoint_steps=(), progress=None, overwrite: bool = False,
               normalize_activations: str = "expected_average_only_in", jumprelu_bandwidth: float = 0.05,
-              jumprelu_init_threshold: float = 0.05) -> Path:
+              jumprelu_init_threshold: float = 0.05, exclude_massive: float = 0.0, provider: Any = None,
+              micro_batch: int = 32) -> Path:
     """Train one SAE with `method` in {fast, bt_f, bt_p} (the app's and the experiments' common path).
 
     Toy-scale defaults (chosen on a pilot, not the paper's): inputs normalised to E||x|| = sqrt(d) during training
     (folded back on save), JumpReLU bandwidth / initial threshold 0.05 (the paper's 0.001 barely moves in a few
-    hundred steps), everything else paper mode (geometric-median b_dec, unit-norm decoder rows)."""
+    hundred steps), everything else paper mode (geometric-median b_dec, unit-norm decoder rows).
+
+    provider: the arm's activations already harvested (`arm_provider`), shared by a sweep's SAEs; None harvests
+    `data` for this SAE alone."""
     from interplab.sae.training import train_sae
 
     if method not in METHOD_LABELS:
         raise ConfigError(f"method must be one of {list(METHOD_LABELS)}, got {method!r}")
-    samples = data.texts if method == "bt_p" else data.train
+    samples = provider if provider is not None else (data.texts if method == "bt_p" else data.train)
     return train_sae(model, samples, site=site, method="fast" if method == "fast" else "block",
                      architecture=architecture, expansion=expansion, steps=steps, batch_tokens=batch_tokens, lr=lr,
                      out_dir=out_dir, l1_coefficient=l1_coefficient, l0_coefficient=l0_coefficient, k=k, mode=mode,
                      context_size=context_size, seed=seed, checkpoint_steps=tuple(checkpoint_steps),
-                     progress=progress, overwrite=overwrite, dataset_path=f"interplab toy tasks ({method})",
+                     progress=progress, overwrite=overwrite, dataset_path=f"{data.source} ({method})",
                      normalize_activations=normalize_activations, jumprelu_bandwidth=jumprelu_bandwidth,
-                     jumprelu_init_threshold=jumprelu_init_threshold)
+                     jumprelu_init_threshold=jumprelu_init_threshold, exclude_massive=exclude_massive,
+                     micro_batch=micro_batch)
 
 
-def metrics_row(model: Any, sae_dir: Path, eval_dialogues: list, **labels) -> dict:
+def arm_provider(model: Any, data: SAEData, method: str, *, site: str, context_size: int = 128, seed: int = 42,
+                 exclude_massive: float = 0.0, micro_batch: int = 32):
+    """The training activations of one arm (FAST, BT(F) or BT(P)), harvested once (`providers.CachedProvider`; call
+    `.reseeded(s)` per SAE seed): the provider `train_one` would build for that arm, so an SAE trained from it
+    equals one trained from the samples, except that every epoch serves the first epoch's harvest."""
+    from interplab.sae.providers import CachedProvider
+    from interplab.sae.training import SAETrainConfig, make_provider
+
+    if method not in METHOD_LABELS:
+        raise ConfigError(f"method must be one of {list(METHOD_LABELS)}, got {method!r}")
+    cfg = SAETrainConfig(site=site, method="fast" if method == "fast" else "block", context_size=context_size,
+                         seed=seed, exclude_massive=exclude_massive, micro_batch=micro_batch).resolved()
+    return CachedProvider(make_provider(model, data.texts if method == "bt_p" else data.train, cfg))
+
+
+def metrics_row(model: Any, sae_dir: Path, eval_dialogues: list, *, micro_batch: int = 16, **labels) -> dict:
     """One results-table row: reconstruction metrics plus the CE-based metrics over all positions (unsuffixed) and
     over assistant-answer positions only (`_response` keys; `evaluate_sae(positions="both")`). A chat template whose
     answer spans cannot be located gives the all-position metrics only."""
@@ -71,9 +99,10 @@ def metrics_row(model: Any, sae_dir: Path, eval_dialogues: list, **labels) -> di
 
     special = template_token_ids(model.tokenizer)
     try:
-        r = evaluate_sae(model, sae_dir, eval_dialogues, special_token_ids=special, positions="both")
+        r = evaluate_sae(model, sae_dir, eval_dialogues, special_token_ids=special, positions="both",
+                         micro_batch=micro_batch)
     except DataError:
-        r = evaluate_sae(model, sae_dir, eval_dialogues, special_token_ids=special)
+        r = evaluate_sae(model, sae_dir, eval_dialogues, special_token_ids=special, micro_batch=micro_batch)
     info = load_train_info(sae_dir)
     return {**labels, **{k: v for k, v in r.items() if not isinstance(v, list)},
             "train_seconds": info.get("train_seconds"), "train_tokens_per_s": info.get("tokens_per_second"),
@@ -183,6 +212,10 @@ def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: st
         exs = data.eval_examples[:n_prompts]
         df["exact_match"] = [t.split() == list(exs[i].response) for t, i in zip(df["text"], df["prompt_idx"])]
         df["task"] = [exs[i].task for i in df["prompt_idx"]]
+    elif data.eval_answers is not None:   # the reply still names the public fact the question asks for
+        ans = data.eval_answers[:n_prompts]
+        df["answer_kept"] = [float(re.search(rf"(?<!\w){re.escape(ans[i].lower())}(?!\w)", t.lower()) is not None)
+                             if ans[i] else float("nan") for t, i in zip(df["text"], df["prompt_idx"])]
     sw.rows = df.to_dict("records")
     return SpecialTokenSteering(sw, df.drop(columns=["new_tokens"]), feature, mean_norm, scale.as_dict())
 

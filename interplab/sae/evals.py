@@ -127,8 +127,10 @@ def next_token_ce(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor
                          f"{tuple(tokens.shape)}, {tuple(mask.shape)}")
     if target_mask is not None and target_mask.shape != mask.shape:
         raise ShapeError(f"target_mask {tuple(target_mask.shape)} must match mask {tuple(mask.shape)}")
-    lp = torch.log_softmax(logits[:, :-1].double(), -1)
-    ce = -lp.gather(-1, tokens[:, 1:, None].long()).squeeze(-1)
+    # float32 logsumexp, promoted to float64 per position: a float64 log-softmax over a real vocabulary (49k) costs
+    # seconds and gigabytes per micro-batch and changes nothing at the precision reported
+    lg = logits[:, :-1].float()
+    ce = (torch.logsumexp(lg, -1) - lg.gather(-1, tokens[:, 1:, None].long().to(lg.device)).squeeze(-1)).double()
     tgt = mask[:, 1:] if target_mask is None else mask[:, 1:] & target_mask[:, 1:].to(mask.device).bool()
     m = (mask[:, :-1] & tgt).to(ce.dtype)
     ce = ce * m
@@ -136,10 +138,13 @@ def next_token_ce(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor
 
 
 def kl_per_row(logits_p: torch.Tensor, logits_q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over real positions of KL(p || q) (p = clean) per row."""
-    lp = torch.log_softmax(logits_p.double(), -1)
-    lq = torch.log_softmax(logits_q.double(), -1)
-    kl = (lp.exp() * (lp - lq)).sum(-1)
+    """Mean over real positions of KL(p || q) (p = clean) per row (float32 per row, summed in float64: the memory of
+    one row's [p, V] log-probabilities, not the batch's)."""
+    kl = torch.zeros(mask.shape, dtype=torch.float64, device=logits_p.device)
+    for b in range(logits_p.shape[0]):
+        lp = torch.log_softmax(logits_p[b].float(), -1)
+        lq = torch.log_softmax(logits_q[b].float(), -1)
+        kl[b] = (lp.exp() * (lp - lq)).sum(-1).double()
     m = mask.to(kl.dtype)
     return (kl * m).sum(1) / m.sum(1).clamp_min(1)
 
@@ -211,7 +216,8 @@ class SAEEval(Record):
 
     KEYS = ("n_sequences", "n_tokens", "mse", "log2_mse", "mse_token_weighted", "mse_saelens", "explained_variance",
             "n_sequences_special", "n_tokens_special", "mse_special", "log2_mse_special", "l0", "dead_features",
-            "dense_features", "d_sae", "dense_threshold", "site", "special_token_ids")
+            "dense_features", "d_sae", "dense_threshold", "site", "special_token_ids", "exclude_massive",
+            "n_massive_excluded")
     OPTIONAL = _DOWNSTREAM + tuple(k + "_response" for k in _DOWNSTREAM) + ("n_sequences_response",
                                                                              "n_tokens_response")
 
@@ -224,7 +230,8 @@ class PackedSAEEval(SAEEval):
 
 def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | None = None,
                  special_token_ids: Sequence[int] | None = None, truncate: int | None = 8192, micro_batch: int = 16,
-                 downstream: bool = True, dense_threshold: float = 0.1, positions: Any = "all") -> SAEEval:
+                 downstream: bool = True, dense_threshold: float = 0.1, positions: Any = "all",
+                 exclude_massive: float | None = None, reference: dict | None = None) -> SAEEval:
     """FAST evaluation of `sae` (an SAELens SAE or a directory) on `dialogues` (one per forward).
 
     special_token_ids: ids counted for MSE_st (default: the tokenizer's special/added tokens, i.e. the chat
@@ -242,18 +249,24 @@ def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | 
       ..., kl_zero_ablation_response) plus n_sequences_response / n_tokens_response; per-dialogue means are
       averaged over dialogues with at least one answer token. Needs dialogues.
     * "both" or ["all", "response"]: both sets side by side (the same forwards; no extra cost).
-    Anything else raises ConfigError naming the valid choices."""
+    Anything else raises ConfigError naming the valid choices.
+
+    exclude_massive: None = the SAE's own setting (its metadata; 0 for SAEs trained elsewhere). With a factor > 1,
+    each dialogue's massive positions (`interplab.core.scale.massive_mask`) are left out of the reconstruction
+    metrics and kept unreplaced by the splice (`SAESplice`); `n_massive_excluded` counts them. reference: see
+    `downstream_metrics` (a sweep passes one dict per evaluation set to run the clean forward once)."""
     from interplab.sae.chat import special_token_ids as _special
-    from interplab.sae.sites import load_sae, sae_site
+    from interplab.sae.sites import load_sae, sae_exclude_massive, sae_site
     from interplab.sae.providers import fast_provider
 
     pos = _positions(positions)
     sae = load_sae(sae)
     site = sae_site(sae, site)
+    massive = sae_exclude_massive(sae) if exclude_massive is None else float(exclude_massive)
     if special_token_ids is None:
         special_token_ids = _special(model.tokenizer)
     prov = fast_provider(model, dialogues, site=site, truncate=truncate, micro_batch=micro_batch, shuffle=False,
-                         bucket=True)
+                         bucket=True, exclude_massive=massive)
     resp = None
     if downstream and "response" in pos:
         resp = response_masks(model, dialogues, truncate)
@@ -263,8 +276,10 @@ def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | 
     res = _reconstruction(sae, prov, special_token_ids, dense_threshold)
     res["site"] = site
     res["special_token_ids"] = list(map(int, special_token_ids))
+    res.update(exclude_massive=massive, n_massive_excluded=prov.n_tokens - res["n_tokens"])
     if downstream:
-        res.update(downstream_metrics(model, sae, prov, site=site, positions=pos, response_masks=resp))
+        res.update(downstream_metrics(model, sae, prov, site=site, positions=pos, response_masks=resp,
+                                      exclude_massive=massive, reference=reference))
     return SAEEval(res)
 
 
@@ -292,45 +307,78 @@ def _summary(ce: dict, kl: dict, suffix: str = "") -> dict:
 
 
 def downstream_metrics(model: Any, sae: Any, provider: Any, *, site: str, positions: Any = "all",
-                       response_masks: Sequence[torch.Tensor] | None = None) -> dict:
+                       response_masks: Sequence[torch.Tensor] | None = None,
+                       exclude_massive: float | None = None, reference: dict | None = None) -> dict:
     """CE clean / with SAE / with zero ablation per dialogue, Delta Loss %, ce_loss_score and KL, over the
-    `positions` of `evaluate_sae` ("response" needs `response_masks`, one per provider sample)."""
+    `positions` of `evaluate_sae` ("response" needs `response_masks`, one per provider sample).
+
+    reference: a dict kept by the caller across SAEs evaluated on the same sequences and site. The clean forward
+    (its logits and statistics) and the zero-ablation statistics do not depend on the SAE, so the first call fills it
+    and later calls run only the spliced forward: one forward per SAE instead of three (on a 135M model with a 49k
+    vocabulary, the evaluation's cost). It holds the clean logits, so it costs their memory."""
     from interplab.interventions import Ablate
     from interplab.sae.steering import SAESplice
 
     pos = _positions(positions)
     if "response" in pos and (response_masks is None or len(response_masks) != len(provider.samples)):
         raise InputError("positions='response' needs one response mask per sample (see response_masks())")
-    splice = SAESplice(sae, site)
+    splice = SAESplice(sae, site, exclude_massive=exclude_massive)
     ablate = Ablate(site)
     ce = {"clean": [], "sae": [], "zero": []}
     kl = {"sae": [], "zero": []}
     ce_r = {"clean": [], "sae": [], "zero": []}
     kl_r = {"sae": [], "zero": []}
     n_tok_r = 0
+
+    def stats(logits, clean_logits, toks, mask, tgt, pm, keep) -> dict:
+        """Per-row CE / KL of one forward's logits for each position set."""
+        out = {}
+        if "all" in pos:
+            out["ce"] = next_token_ce(logits, toks, mask)[0]
+            if clean_logits is not None:
+                out["kl"] = kl_per_row(clean_logits, logits, mask)
+        if "response" in pos:
+            k = keep.to(logits.device)
+            out["ce_r"] = next_token_ce(logits, toks, mask, tgt)[0][k]
+            if clean_logits is not None:
+                out["kl_r"] = kl_per_row(clean_logits, logits, pm)[k]
+        return out
+
     with torch.no_grad():
-        for idx in provider._batches(0):
+        for b, idx in enumerate(provider._batches(0)):
             seqs = [provider.samples[i] for i in idx]
-            clean = model.run(seqs, logits=True)
-            toks, mask = clean.batch.input_ids, clean.batch.attention_mask.bool()
-            outs = {"clean": clean}
-            for key, edit in (("sae", splice), ("zero", ablate)):
-                outs[key] = model.run(seqs, edits=[edit], logits=True)
-            if "all" in pos:
-                for key, o in outs.items():
-                    ce[key].append(next_token_ce(o.logits, toks, mask)[0])
-                    if key != "clean":
-                        kl[key].append(kl_per_row(clean.logits, o.logits, mask))
+            key = (b, site, tuple(map(tuple, seqs)))
+            ref = reference.get(key) if reference is not None else None
+            if ref is None:
+                clean = model.run(seqs, logits=True)
+                toks, mask = clean.batch.input_ids, clean.batch.attention_mask.bool()
+                tgt = pm = keep = None
+                if "response" in pos:
+                    tgt = _place(mask, [response_masks[i] for i in idx])
+                    pm = torch.zeros_like(mask)           # positions whose next token is an answer token
+                    pm[:, :-1] = mask[:, :-1] & mask[:, 1:] & tgt[:, 1:]
+                    keep = pm.any(1)
+                zero = model.run(seqs, edits=[ablate], logits=True)
+                ref = {"logits": clean.logits, "toks": toks, "mask": mask, "tgt": tgt, "pm": pm, "keep": keep,
+                       "clean": stats(clean.logits, None, toks, mask, tgt, pm, keep)}
+                ref["zero"] = stats(zero.logits, clean.logits, toks, mask, tgt, pm, keep)
+                if reference is not None:
+                    reference[key] = ref
+            spliced = model.run(seqs, edits=[splice], logits=True)
+            got = {"clean": ref["clean"], "zero": ref["zero"],
+                   "sae": stats(spliced.logits, ref["logits"], ref["toks"], ref["mask"], ref["tgt"], ref["pm"],
+                                ref["keep"])}
+            for name, st in got.items():
+                if "all" in pos:
+                    ce[name].append(st["ce"])
+                    if name != "clean":
+                        kl[name].append(st["kl"])
+                if "response" in pos:
+                    ce_r[name].append(st["ce_r"])
+                    if name != "clean":
+                        kl_r[name].append(st["kl_r"])
             if "response" in pos:
-                tgt = _place(mask, [response_masks[i] for i in idx])
-                pm = torch.zeros_like(mask)           # positions whose next token is an answer token
-                pm[:, :-1] = mask[:, :-1] & mask[:, 1:] & tgt[:, 1:]
-                keep = pm.any(1)
-                n_tok_r += int(pm.sum())
-                for key, o in outs.items():
-                    ce_r[key].append(next_token_ce(o.logits, toks, mask, tgt)[0][keep.to(o.logits.device)])
-                    if key != "clean":
-                        kl_r[key].append(kl_per_row(clean.logits, o.logits, pm)[keep.to(o.logits.device)])
+                n_tok_r += int(ref["pm"].sum())
     res = {}
     if "all" in pos:
         res.update(_summary(ce, kl))
@@ -358,7 +406,8 @@ def evaluate_sae_packed(model: Any, sae: Any, dialogues: Sequence[Any], *, conte
                         separator: str = "bos", site: str | None = None,
                         special_token_ids: Sequence[int] | None = None, truncate: int | None = 8192,
                         micro_batch: int = 8, downstream: bool = True, dense_threshold: float = 0.1,
-                        positions: Any = "all") -> PackedSAEEval:
+                        positions: Any = "all", exclude_massive: float | None = None,
+                        reference: dict | None = None) -> PackedSAEEval:
     """`evaluate_sae` on the **packed** (block-training) distribution instead of FAST's: `dialogues` (or texts) are
     packed exactly as BT(F)/BT(P) training packs them (`block_provider`, in the given order, SAELens packing: BOS at
     every block start, `separator` between samples, trailing partial block dropped) and every block is one forward.
@@ -367,21 +416,24 @@ def evaluate_sae_packed(model: Any, sae: Any, dialogues: Sequence[Any], *, conte
     the model saw; inserted BOS/separators included), so log2_mse is the block-weighted analogue of the FAST number.
     The CE-based metrics splice the SAE into every block position; positions="response" keeps the positions whose
     next token is an assistant-answer token of the dialogue it came from (block provenance: sample and position),
-    so text samples (BT(P)) allow positions="all" only. Adds n_blocks and context_size."""
+    so text samples (BT(P)) allow positions="all" only. Adds n_blocks and context_size. exclude_massive: as in
+    `evaluate_sae`, per block (a block's first position is the sink there)."""
     from interplab.sae.chat import special_token_ids as _special
     from interplab.sae.providers import block_provider
-    from interplab.sae.sites import load_sae, sae_site
+    from interplab.sae.sites import load_sae, sae_exclude_massive, sae_site
 
     pos = _positions(positions)
     sae = load_sae(sae)
     site = sae_site(sae, site)
+    massive = sae_exclude_massive(sae) if exclude_massive is None else float(exclude_massive)
     if special_token_ids is None:
         special_token_ids = _special(model.tokenizer)
     prov = block_provider(model, dialogues, site=site, context_size=context_size, separator=separator,
-                          micro_batch=micro_batch, shuffle=False, truncate=truncate)
+                          micro_batch=micro_batch, shuffle=False, truncate=truncate, exclude_massive=massive)
     blocks, src_sample, src_pos = prov.packed(0)
     res = _reconstruction(sae, prov, special_token_ids, dense_threshold)
-    res.update(site=site, special_token_ids=list(map(int, special_token_ids)), n_blocks=int(blocks.shape[0]),
+    res.update(site=site, special_token_ids=list(map(int, special_token_ids)), exclude_massive=massive,
+               n_massive_excluded=int(blocks.numel()) - res["n_tokens"], n_blocks=int(blocks.shape[0]),
                context_size=int(context_size))
     if downstream:
         resp = None
@@ -392,5 +444,5 @@ def evaluate_sae_packed(model: Any, sae: Any, dialogues: Sequence[Any], *, conte
                 resp.append(torch.tensor([bool(per_sample[s][p]) if s >= 0 else False
                                           for s, p in zip(s_row.tolist(), p_row.tolist())]))
         res.update(downstream_metrics(model, sae, _Blocks(blocks, micro_batch), site=site, positions=pos,
-                                      response_masks=resp))
+                                      response_masks=resp, exclude_massive=massive, reference=reference))
     return PackedSAEEval(res)

@@ -129,6 +129,21 @@ def logit_effects(sae: Any, W_U: torch.Tensor, n: int = 10) -> tuple[torch.Tenso
     return ti, tv, bi, -bv
 
 
+def _encode(sae_obj: Any, acts: torch.Tensor) -> torch.Tensor:
+    """Feature activations [L, F] of one sequence's activations; an SAE trained without the massive positions
+    (`exclude_massive` in its metadata) gets 0 there: those positions were never its input, and a ~100x-norm
+    attention sink would otherwise top every feature's contexts (SAEDashboard #46, the packed-BOS analogue)."""
+    from interplab.sae.sites import sae_exclude_massive
+
+    f = sae_obj.encode(acts.to(sae_obj.W_dec.device, sae_obj.W_dec.dtype)).float().cpu()
+    factor = sae_exclude_massive(sae_obj)
+    if factor and acts.shape[0]:
+        from interplab.core.scale import massive_mask
+
+        f[massive_mask(acts, factor).cpu()] = 0.0
+    return f
+
+
 def _top_traces(model: Any, sae_obj: Any, samples: list, top_s: torch.Tensor, top_v: torch.Tensor, site: str,
                 micro_batch: int) -> torch.Tensor:
     """[F, k, Lmax] per-token activations over each top context: a second pass over the unique top samples only."""
@@ -145,7 +160,7 @@ def _top_traces(model: Any, sae_obj: Any, samples: list, top_s: torch.Tensor, to
         with torch.no_grad():
             for ch in sub.iter_chunks():
                 s_global = uniq[int(ch.sample[0])]
-                f = sae_obj.encode(ch.acts.to(sae_obj.W_dec.device, sae_obj.W_dec.dtype)).float().cpu()  # [L, F]
+                f = _encode(sae_obj, ch.acts)
                 where = (top_s == s_global) & valid  # [F, k]
                 fi, ji = where.nonzero(as_tuple=True)
                 traces[fi, ji, :f.shape[0]] = f[:, fi].T
@@ -187,7 +202,7 @@ def feature_statistics(model: Any, sae: Any, samples: Sequence[Any], config: Fea
     done = 0
     with torch.no_grad():
         for ch in prov.iter_chunks():
-            f = sae_obj.encode(ch.acts.to(sae_obj.W_dec.device, sae_obj.W_dec.dtype)).float().cpu()  # [L, F]
+            f = _encode(sae_obj, ch.acts)
             L = f.shape[0]
             n_tok += L
             active = f > 0

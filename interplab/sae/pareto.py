@@ -25,7 +25,7 @@ import pandas as pd
 
 from interplab.core.errors import ConfigError, ShapeError
 from interplab.core.result import Result
-from interplab.sae.compare import METHOD_LABELS, SAERecipe, train_one
+from interplab.sae.compare import METHOD_LABELS, SAERecipe, arm_provider, train_one
 from interplab.sae.data import SAEData
 
 __all__ = ["ParetoConfig", "ParetoResult", "sae_pareto", "SPARSITY_PARAM"]
@@ -38,7 +38,10 @@ class ParetoConfig(SAERecipe):
     """`SAERecipe` (site, expansion, batch_tokens, lr, context_size; `seed` = the data seed) plus: methods (subset of
     fast, bt_f, bt_p); ks: TopK sweep (empty = no TopK arm); l1_coefficients: Standard-SAE sweep (empty = none);
     seeds: SAE seeds per point; steps: training steps (equal for every SAE); evals: distributions every SAE is
-    evaluated on (fast, packed). The inherited l1_coefficient / l0_coefficient are not used: the sweep sets the
+    evaluated on (fast, packed); cache_activations: harvest each arm's training activations once and train every
+    SAE of that arm from them (`compare.arm_provider`; epochs after the first re-serve the first epoch's harvest, a
+    block arm keeps one packing) instead of running the model for every SAE and epoch (a real model's forward costs
+    far more than an SAE step). The inherited l1_coefficient / l0_coefficient are not used: the sweep sets the
     sparsity of every SAE."""
 
     methods: list[str] = field(default_factory=lambda: ["fast", "bt_f", "bt_p"])
@@ -47,6 +50,7 @@ class ParetoConfig(SAERecipe):
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     steps: int = 800
     evals: list[str] = field(default_factory=lambda: ["fast", "packed"])
+    cache_activations: bool = False
 
     def validate(self) -> None:
         bad = [m for m in self.methods if m not in METHOD_LABELS]
@@ -95,8 +99,10 @@ def _row(r: dict, **labels) -> dict:
     return out
 
 
-def _evaluate(model: Any, sae_dir: Path, data: SAEData, cfg: ParetoConfig) -> dict[str, dict]:
-    """Both distributions of the same held-out dialogues; CE-based metrics over all and over answer positions."""
+def _evaluate(model: Any, sae_dir: Path, data: SAEData, cfg: ParetoConfig,
+              refs: dict | None = None) -> dict[str, dict]:
+    """Both distributions of the same held-out dialogues; CE-based metrics over all and over answer positions.
+    refs: one `downstream_metrics` reference dict per distribution, kept across the sweep's SAEs."""
     from interplab.core.errors import DataError
     from interplab.sae.evals import evaluate_sae, evaluate_sae_packed
     from interplab.sae.steering import template_token_ids
@@ -104,12 +110,13 @@ def _evaluate(model: Any, sae_dir: Path, data: SAEData, cfg: ParetoConfig) -> di
     special = template_token_ids(model.tokenizer)
     out = {}
     for ev in cfg.evals:
-        fn = evaluate_sae if ev == "fast" else (
+        fn = (lambda m, s, d, **kw: evaluate_sae(m, s, d, micro_batch=cfg.micro_batch, **kw)) if ev == "fast" else (
             lambda m, s, d, **kw: evaluate_sae_packed(m, s, d, context_size=cfg.context_size, **kw))
+        ref = refs.setdefault(ev, {}) if refs is not None else None
         try:
-            out[ev] = fn(model, sae_dir, data.eval, special_token_ids=special, positions="both")
+            out[ev] = fn(model, sae_dir, data.eval, special_token_ids=special, positions="both", reference=ref)
         except DataError:  # a template whose answer spans cannot be located: all positions only
-            out[ev] = fn(model, sae_dir, data.eval, special_token_ids=special)
+            out[ev] = fn(model, sae_dir, data.eval, special_token_ids=special, reference=ref)
     return out
 
 
@@ -123,6 +130,16 @@ def sae_pareto(model: Any, data: SAEData, cfg: ParetoConfig | None = None, *, ou
     cfg = cfg or ParetoConfig()
     cfg.validate()
     rows: list[dict] = []
+    refs: dict = {}   # the clean / zero-ablation forwards of each evaluation set, run once for every SAE
+    cached = {}
+    if cfg.cache_activations:
+        for m in cfg.methods:
+            if progress:
+                progress(f"harvesting {METHOD_LABELS[m]} activations")
+            t0 = time.perf_counter()
+            cached[m] = arm_provider(model, data, m, site=cfg.site, context_size=cfg.context_size, seed=cfg.seed,
+                                     exclude_massive=cfg.exclude_massive, micro_batch=cfg.micro_batch).harvest()
+            cached[m].harvest_seconds = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(out_dir) if out_dir is not None else Path(tmp)
         for arch, value in cfg.points():
@@ -136,11 +153,14 @@ def sae_pareto(model: Any, data: SAEData, cfg: ParetoConfig | None = None, *, ou
                     t0 = time.perf_counter()
                     d = train_one(model, data, root / tag, method=m, architecture=arch, site=cfg.site,
                                   steps=cfg.steps, batch_tokens=cfg.batch_tokens, lr=cfg.lr, expansion=cfg.expansion,
-                                  context_size=cfg.context_size, seed=int(s), overwrite=True, **kw)
+                                  context_size=cfg.context_size, seed=int(s), overwrite=True,
+                                  exclude_massive=cfg.exclude_massive, micro_batch=cfg.micro_batch,
+                                  provider=cached[m].reseeded(int(s)) if m in cached else None, **kw)
                     train_s = time.perf_counter() - t0
-                    for ev, r in _evaluate(model, d, data, cfg).items():
+                    for ev, r in _evaluate(model, d, data, cfg, refs).items():
                         rows.append(_row(r, method=METHOD_LABELS[m], arm=m, architecture=arch, sparsity_param=param,
-                                         sparsity=value, seed=int(s), eval=ev, train_seconds=train_s))
+                                         sparsity=value, seed=int(s), eval=ev, train_seconds=train_s,
+                                         harvest_seconds=getattr(cached.get(m), "harvest_seconds", float("nan"))))
                     if on_rows is not None:
                         on_rows(pd.DataFrame(rows))
     c = asdict(cfg)

@@ -94,7 +94,7 @@ class ActivationProvider:
     mode = "base"
 
     def __init__(self, model: Any, site: str, *, micro_batch: int, shuffle: bool, seed: int, repeat: bool,
-                 exclude_token_ids: Sequence[int] = ()):
+                 exclude_token_ids: Sequence[int] = (), exclude_massive: float = 0.0):
         from interplab.core.sites import parse_site
 
         parse_site(site, model.n_layers)  # raises SiteError listing valid sites
@@ -103,6 +103,10 @@ class ActivationProvider:
         self.model, self.site = model, site
         self.micro_batch, self.shuffle, self.seed, self.repeat = int(micro_batch), bool(shuffle), int(seed), bool(repeat)
         self.exclude_token_ids = tuple(int(i) for i in exclude_token_ids)
+        if exclude_massive and not float(exclude_massive) > 1:
+            raise ConfigError(f"exclude_massive must be 0 (keep every position) or a factor > 1 of the median norm; "
+                              f"got {exclude_massive}")
+        self.exclude_massive = float(exclude_massive or 0.0)
         self.tokens_harvested = 0
         self.forwards = 0
 
@@ -118,6 +122,12 @@ class ActivationProvider:
             for ch in self._epoch_chunks(e):
                 if self.exclude_token_ids:
                     keep = ~torch.isin(ch.token_ids, torch.tensor(self.exclude_token_ids))
+                    ch = Chunk(*(getattr(ch, f)[keep] for f in ("acts", "token_ids", "sample", "position",
+                                                                 "seq_position", "seq")))
+                if self.exclude_massive and ch.acts.shape[0]:
+                    from interplab.core.scale import massive_mask
+
+                    keep = ~massive_mask(ch.acts, self.exclude_massive)
                     ch = Chunk(*(getattr(ch, f)[keep] for f in ("acts", "token_ids", "sample", "position",
                                                                  "seq_position", "seq")))
                 if ch.acts.shape[0] == 0:
@@ -141,7 +151,8 @@ class ActivationProvider:
 
     def describe(self) -> dict:
         return {"mode": self.mode, "site": self.site, "micro_batch": self.micro_batch, "shuffle": self.shuffle,
-                "seed": self.seed, "exclude_token_ids": list(self.exclude_token_ids)}
+                "seed": self.seed, "exclude_token_ids": list(self.exclude_token_ids),
+                "exclude_massive": self.exclude_massive}
 
 
 class FastProvider(ActivationProvider):
@@ -152,9 +163,9 @@ class FastProvider(ActivationProvider):
 
     def __init__(self, model: Any, data: Sequence[Any], *, site: str, truncate: int | None = 8192,
                  micro_batch: int = 16, exclude_token_ids: Sequence[int] = (), shuffle: bool = True, seed: int = 42,
-                 repeat: bool = False, bucket: bool = True, store=None):
+                 repeat: bool = False, bucket: bool = True, store=None, exclude_massive: float = 0.0):
         super().__init__(model, site, micro_batch=micro_batch, shuffle=shuffle, seed=seed, repeat=repeat,
-                         exclude_token_ids=exclude_token_ids)
+                         exclude_token_ids=exclude_token_ids, exclude_massive=exclude_massive)
         self.truncate = truncate
         self.samples, self.data_kind = _tokenize_samples(model, data, truncate)
         self.bucket = bool(bucket)
@@ -269,9 +280,9 @@ class BlockProvider(ActivationProvider):
     def __init__(self, model: Any, data: Sequence[Any], *, site: str, context_size: int = 128,
                  separator: str = "bos", micro_batch: int = 8, shuffle: bool = True, seed: int = 42,
                  repeat: bool = False, truncate: int | None = 8192, exclude_token_ids: Sequence[int] = (),
-                 bos_id: int | None = None, prepend_bos: bool = True):
+                 bos_id: int | None = None, prepend_bos: bool = True, exclude_massive: float = 0.0):
         super().__init__(model, site, micro_batch=micro_batch, shuffle=shuffle, seed=seed, repeat=repeat,
-                         exclude_token_ids=exclude_token_ids)
+                         exclude_token_ids=exclude_token_ids, exclude_massive=exclude_massive)
         n_ctx = getattr(model, "n_ctx", None)
         if n_ctx and context_size > n_ctx:
             raise ConfigError(f"context_size {context_size} exceeds the model context {n_ctx}")
@@ -314,12 +325,56 @@ class BlockProvider(ActivationProvider):
                 "data_kind": self.data_kind, "bos_id": self.bos_id, "prepend_bos": self.prepend_bos, "n_samples": len(self.samples)}
 
 
+class CachedProvider(ActivationProvider):
+    """Another provider's first epoch, harvested once into memory and served for every epoch, in a chunk order
+    reshuffled with seed + epoch (block providers: the same packing every epoch). `reseeded(seed)` gives a provider
+    that shares the harvest, so a sweep of SAEs over one distribution runs the model once per distribution instead of
+    once per SAE and epoch. Filters (`exclude_token_ids`, `exclude_massive`) are the wrapped provider's and apply
+    when serving; `mode`, `samples` and `describe()` are the wrapped provider's (plus cached=True)."""
+
+    def __init__(self, inner: ActivationProvider, *, seed: int | None = None, repeat: bool = True, _cache=None):
+        if not isinstance(inner, ActivationProvider) or isinstance(inner, CachedProvider):
+            raise InputError("CachedProvider wraps a fast_provider / block_provider")
+        super().__init__(inner.model, inner.site, micro_batch=inner.micro_batch, shuffle=True,
+                         seed=inner.seed if seed is None else int(seed), repeat=repeat,
+                         exclude_token_ids=inner.exclude_token_ids, exclude_massive=inner.exclude_massive)
+        self.inner = inner
+        self.mode = inner.mode
+        self._cache = _cache if _cache is not None else []   # one list shared by every reseeded copy
+
+    def __getattr__(self, name):  # samples, data_kind, context_size, ... of the wrapped provider
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def harvest(self) -> "CachedProvider":
+        """Run the model over the wrapped provider's epoch 0 now (otherwise on first use); returns self."""
+        if not self._cache:
+            self._cache.extend(self.inner._epoch_chunks(0))
+            self.forwards = self.inner.forwards
+        return self
+
+    def reseeded(self, seed: int) -> "CachedProvider":
+        return CachedProvider(self.inner, seed=seed, repeat=self.repeat, _cache=self._cache)
+
+    def _epoch_chunks(self, epoch: int) -> Iterator[Chunk]:
+        self.harvest()
+        for i in self._order(len(self._cache), epoch):
+            yield self._cache[i]
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "seed": self.seed, "cached": True}
+
+
 def fast_provider(model: Any, dialogues: Sequence[Any], *, site: str, truncate: int | None = 8192,
                   micro_batch: int = 16, exclude_token_ids: Sequence[int] = (), shuffle: bool = True,
-                  seed: int = 42, repeat: bool = False, bucket: bool = True, store=None) -> FastProvider:
+                  seed: int = 42, repeat: bool = False, bucket: bool = True, store=None,
+                  exclude_massive: float = 0.0) -> FastProvider:
     """FAST activation provider: each dialogue rendered with the model's chat template (no generation prompt),
     truncated to `truncate` tokens, forwarded on its own (padded micro-batches of `micro_batch` samples with masks
-    and per-sample positions; equal to batch 1), all positions harvested except `exclude_token_ids`.
+    and per-sample positions; equal to batch 1), all positions harvested except `exclude_token_ids` and, with
+    `exclude_massive` > 0, a sample's massive positions (norm above that factor x the sample's median norm,
+    `interplab.core.scale.massive_mask`: SmolLM2's first-token attention sink, ~2.5e4 against ~2e2).
 
     Samples are shuffled at sample level (seed) and, with `bucket`, length-sorted inside windows of 8 micro-batches
     to reduce padding. Iterate it for [n, d] chunks (feed to SAELens `mixing_buffer`) or call `iter_chunks()`.
@@ -328,19 +383,21 @@ def fast_provider(model: Any, dialogues: Sequence[Any], *, site: str, truncate: 
     disk store (`interplab.harvest`, positions="all") and later epochs read it back; "memory" does the same in RAM."""
     return FastProvider(model, dialogues, site=site, truncate=truncate, micro_batch=micro_batch,
                         exclude_token_ids=exclude_token_ids, shuffle=shuffle, seed=seed, repeat=repeat, bucket=bucket,
-                        store=store)
+                        store=store, exclude_massive=exclude_massive)
 
 
 def block_provider(model: Any, data: Sequence[Any], *, site: str, context_size: int = 128, separator: str = "bos",
                    micro_batch: int = 8, shuffle: bool = True, seed: int = 42, repeat: bool = False,
                    truncate: int | None = 8192, exclude_token_ids: Sequence[int] = (),
-                   prepend_bos: bool = True) -> BlockProvider:
+                   prepend_bos: bool = True, exclude_massive: float = 0.0) -> BlockProvider:
     """Block-training provider (SAELens semantics): dialogues (BT(F), chat-templated) or plain texts (BT(P))
     concatenated and chopped into `context_size` blocks, BOS at each block start, separator "bos" | "none" between
-    samples, trailing partial block dropped, every position harvested."""
+    samples, trailing partial block dropped, every position harvested (but `exclude_token_ids` and, with
+    `exclude_massive`, a block's massive positions, as in `fast_provider`)."""
     return BlockProvider(model, data, site=site, context_size=context_size, separator=separator,
                          micro_batch=micro_batch, shuffle=shuffle, seed=seed, repeat=repeat, truncate=truncate,
-                         exclude_token_ids=exclude_token_ids, prepend_bos=prepend_bos)
+                         exclude_token_ids=exclude_token_ids, prepend_bos=prepend_bos,
+                         exclude_massive=exclude_massive)
 
 
 def segment_ids(sample: torch.Tensor) -> torch.Tensor:

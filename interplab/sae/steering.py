@@ -63,7 +63,8 @@ class SteeringSweepResult(Result):
 
     def summary(self):
         df = self.to_frame()
-        cols = [c for c in ("target_activation", "repeated_3gram_frac", "distinct_ratio", "reply_len", "exact_match")
+        cols = [c for c in ("target_activation", "repeated_3gram_frac", "distinct_ratio", "reply_len", "exact_match",
+                            "answer_kept")
                 if c in df.columns]
         return df.groupby("alpha")[cols].mean().reset_index()
 

@@ -66,6 +66,9 @@ class SAETrainConfig:
     mix_fraction: fraction of the buffer kept for mixing (SAELens `mixing_buffer`, FAST: 0.5).
     dead_feature_window, feature_sampling_window: SAELens dead-feature bookkeeping windows (steps).
     truncate, context_size, separator, micro_batch, exclude_token_ids, shuffle: provider settings (see providers).
+    exclude_massive: 0 = train on every position; a factor > 1 leaves out each sequence's massive positions (norm
+        above factor x its median norm; `interplab.core.scale.massive_mask`), recorded in the SAE's metadata so that
+        evaluation and splicing leave them out too (a real model's attention sink: SmolLM2's first token).
     seed: seeds SAE init, sample shuffle and buffer permutations.
     checkpoint_steps: steps after which the *training* SAE is saved under out_dir/checkpoints/step_N (GSNR
         along the trajectory).
@@ -109,6 +112,7 @@ class SAETrainConfig:
     separator: str = "bos"
     micro_batch: int = 32
     exclude_token_ids: tuple[int, ...] = ()
+    exclude_massive: float = 0.0
     shuffle: bool = True
     seed: int = 42
     checkpoint_steps: tuple[int, ...] = ()
@@ -156,6 +160,10 @@ class SAETrainConfig:
         if c.separator not in ("bos", "none"):
             raise ConfigError(f"separator must be 'bos' or 'none', got {c.separator!r}")
         c.exclude_token_ids = tuple(int(i) for i in c.exclude_token_ids)
+        c.exclude_massive = float(c.exclude_massive or 0.0)
+        if c.exclude_massive and not c.exclude_massive > 1:
+            raise ConfigError(f"exclude_massive must be 0 (keep every position) or a factor > 1 of the median norm, "
+                              f"got {c.exclude_massive}")
         c.checkpoint_steps = tuple(sorted(int(s) for s in c.checkpoint_steps))
         return c
 
@@ -353,6 +361,7 @@ def _metadata(sae, cfg: SAETrainConfig, provider: Any, model: Any) -> None:
     tok = getattr(model, "tokenizer", None) if model is not None else None
     md.chat_template_hash = chat_template_hash(tok) if tok is not None else None
     md.exclude_special_tokens = list(cfg.exclude_token_ids) or False
+    md.exclude_massive = float(cfg.exclude_massive)
     md.dataset_path = cfg.dataset_path or ""
     md.model_from_pretrained_kwargs = {}
     md.training_mode = "paper-faithful (5.x semantics)" if cfg.mode == "paper" else "SAELens-6 native"
@@ -396,7 +405,12 @@ def train_sae(model: Any, data: Any, *, site: str | None = None, method: str = "
         from interplab.core.errors import ResultsError
         raise ResultsError(f"{out_dir} already holds an SAE; pass overwrite=True or choose another out_dir")
 
-    provider = _resolve_provider(model, data, cfg)
+    provider = make_provider(model, data, cfg)
+    given = getattr(provider, "exclude_massive", None)
+    if given is not None and float(given) != cfg.exclude_massive:
+        raise ConfigError(f"the provider leaves out massive positions at factor {given} but the config says "
+                          f"exclude_massive={cfg.exclude_massive}; build the provider from the same config "
+                          "(training.make_provider) so the SAE's metadata is true")
     torch.manual_seed(cfg.seed)
     source: Iterator[torch.Tensor] = iter(provider)
     n_init = cfg.b_dec_init_tokens if (cfg.b_dec_init != "zeros" or cfg.normalize_activations != "none") else 1
@@ -471,7 +485,10 @@ class _TensorSource:
         return {"mode": "activations"}
 
 
-def _resolve_provider(model: Any, data: Any, cfg: SAETrainConfig):
+def make_provider(model: Any, data: Any, cfg: SAETrainConfig):
+    """The activation provider `train_sae` trains from: `data` itself when it is a provider, else the FAST or block
+    provider of `cfg` (method, site, truncation, packing, exclusions, seed) over the samples `data`. Build it once
+    and wrap it in `providers.CachedProvider` to train several SAEs from one harvest."""
     from interplab.sae import providers as P
 
     if isinstance(data, P.ActivationProvider):
@@ -487,11 +504,13 @@ def _resolve_provider(model: Any, data: Any, cfg: SAETrainConfig):
                          "(or method='activations' with an iterator of activation tensors)")
     if cfg.method == "fast":
         return P.fast_provider(model, data, site=cfg.site, truncate=cfg.truncate, micro_batch=cfg.micro_batch,
-                               exclude_token_ids=cfg.exclude_token_ids, shuffle=cfg.shuffle, seed=cfg.seed,
+                               exclude_token_ids=cfg.exclude_token_ids, exclude_massive=cfg.exclude_massive,
+                               shuffle=cfg.shuffle, seed=cfg.seed,
                                repeat=True)
     return P.block_provider(model, data, site=cfg.site, context_size=cfg.context_size, separator=cfg.separator,
                             micro_batch=max(1, cfg.micro_batch // 2), shuffle=cfg.shuffle, seed=cfg.seed, repeat=True,
-                            truncate=cfg.truncate, exclude_token_ids=cfg.exclude_token_ids)
+                            truncate=cfg.truncate, exclude_token_ids=cfg.exclude_token_ids,
+                            exclude_massive=cfg.exclude_massive)
 
 
 def load_train_info(sae_dir: str | Path) -> dict:

@@ -27,6 +27,7 @@ from interplab.figures.sae import context_html, feature_histogram_figure, specia
 from interplab.results.runs import interplab_home  # noqa: E402
 from interplab.sae import FeatureStats, feature_statistics, load_sae, sae_data, sae_site, steering_sweep  # noqa: E402
 
+from interplab.sae.data import OFFLINE_CHAT, load_sae_data  # noqa: E402
 from interplab.zoo import shipped_saes  # noqa: E402
 
 root = Path(st.session_state.get("sae_root", str(interplab_home() / "saes")))
@@ -85,7 +86,12 @@ if st.session_state.get("fb_key") != key:
     st.session_state.pop("fb_stats", None)
 if st.button("Compute feature statistics", key="fb_compute", type="primary") or "fb_stats" in st.session_state:
     if "fb_stats" not in st.session_state:
-        data = sae_data(model, 4, int(n_samples), 4, seed=1)
+        # the SAE's own evaluation data: the built-in chat set for an SAE trained on it (a real chat model), else
+        # the toy dialogues (held-out split, seed 1)
+        if "offline chat" in str(md.get("dataset_path") or ""):
+            data = load_sae_data(model, OFFLINE_CHAT, 4, min(int(n_samples), 200), 4, seed=0)
+        else:
+            data = sae_data(model, 4, int(n_samples), 4, seed=1)
         bar = st.progress(0.0, text="scanning dialogues...")
         try:
             st.session_state["fb_stats"] = feature_statistics(

@@ -89,7 +89,8 @@ class FastVsBlockConfig(ComparisonConfig, SAEModel):
 class SteerSweepConfig(SAEModel):
     """Special-token steering sweep with an existing SAE directory.
 
-    sae_dir: SAELens directory ("" -> error). feature: -1 = the top <|im_start|> feature. alphas: multiples of the
+    sae_dir: SAELens directory ("" -> error). feature: -1 = the top <|im_start|> feature, -2 = a random live feature
+    (drawn with seed: the null the top feature is compared with), else an index. alphas: multiples of the
     typical residual norm at the site (`interplab.core.scale`: massive-activation positions left out). n_prompts,
     n_eval: held-out prompts / dialogues scanned for the ranking. positions: all | template | generated.
     max_new_tokens: reply length cap."""
@@ -118,7 +119,7 @@ def sae_steer_sweep(cfg: SteerSweepConfig, run) -> None:
     site = sae_site(load_sae(cfg.sae_dir))
     res = special_token_steering(model, Path(cfg.sae_dir), data, site=site, alphas_rel=cfg.alphas,
                                  n_prompts=cfg.n_prompts, positions=cfg.positions,
-                                 max_new_tokens=cfg.max_new_tokens, feature=cfg.feature)
+                                 max_new_tokens=cfg.max_new_tokens, feature=cfg.feature, null_seed=cfg.seed)
     run.save_result("steering_sweep", res.sweep)
     run.save_table("steering", res.table)
     run.save_table("steering_summary", steering_summary(res.table))

@@ -180,11 +180,12 @@ class SpecialTokenSteering(Result):
 
 def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: str, stats: FeatureStats | None = None,
                            alphas_rel=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0), n_prompts: int = 24, positions: str = "all",
-                           max_new_tokens: int = 12, feature: int = -1) -> SpecialTokenSteering:
+                           max_new_tokens: int = 12, feature: int = -1, null_seed: int = 0) -> SpecialTokenSteering:
     """Paper App. F on the organism: pick the feature most active on <|im_start|> (feature=-1; paper ranking) and
     sweep alpha (multiples of the typical residual norm at the site, `interplab.core.scale.activation_scale`, along
     the unit-norm decoder row) on held-out prompts. The unit leaves out massive-activation positions: on a real model
-    (SmolLM2: ~2.5e4 at the first token) the all-position mean is several times an ordinary position's norm."""
+    (SmolLM2: ~2.5e4 at the first token) the all-position mean is several times an ordinary position's norm.
+    feature=-2 steers along a random live feature instead (drawn with `null_seed`): the same sweep's null."""
     import torch
 
     from interplab.core.scale import activation_scale
@@ -192,13 +193,25 @@ def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: st
     from interplab.sae.providers import fast_provider
     from interplab.sae.steering import steering_sweep
 
+    if feature < -2:
+        raise ConfigError(f"feature must be >= 0 (an index), -1 (the top <|im_start|> feature) or -2 (a random live "
+                          f"feature: the null), got {feature}")
     if feature < 0:
         if stats is None:
             stats = feature_statistics(model, sae_dir, data.eval, k=5, site=site)
         im_start = model.tokenizer.convert_tokens_to_ids("<|im_start|>")
         ids = list(map(int, stats.special_ids))
         si = ids.index(im_start) if im_start in ids else int(stats.special_counts.argmax())
-        feature = int(stats.special_scores[si].argmax())
+        top = int(stats.special_scores[si].argmax())
+        if feature == -1:
+            feature = top
+        else:   # the null: a feature drawn (seeded) among those that fire on the scanned dialogues, not the top one
+            import numpy as np
+
+            live = [int(f) for f in np.flatnonzero(np.asarray(stats.density) > 0) if int(f) != top]
+            if not live:
+                raise ConfigError("no live feature to draw the random control from")
+            feature = int(np.random.default_rng(null_seed).choice(live))
     scale = activation_scale(torch.cat([c.acts.reshape(-1, c.acts.shape[-1]) for c in
                                         fast_provider(model, data.eval[:32], site=site, shuffle=False).iter_chunks()]))
     mean_norm = scale.typical

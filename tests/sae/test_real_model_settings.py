@@ -161,3 +161,25 @@ def test_sae_train_runs_on_the_real_model(tmp_path):
     sae = load_sae(path / run.result("run").sae_path)
     assert sae.cfg.d_sae == 8 * 576 and sae.cfg.metadata.hook_name == "blocks.15.hook_resid_post"
     assert "offline chat" in sae.cfg.metadata.dataset_path
+
+
+def test_steering_null_draws_a_live_feature_other_than_the_top_one(llama, dialogues, tmp_path):
+    from interplab.sae import train_sae
+    from interplab.sae.compare import special_token_steering
+    from interplab.sae.data import SAEData
+    from interplab.sae.features import feature_statistics
+
+    sae = train_sae(llama, dialogues, site=SITE, architecture="topk", k=4, steps=5, batch_tokens=32,
+                    out_dir=tmp_path / "s")
+    data = SAEData(dialogues, dialogues, [], None, eval_answers=[None, "w1"] + [None] * (len(dialogues) - 2))
+    stats = feature_statistics(llama, sae, dialogues, k=2, site=SITE)
+    kw = dict(site=SITE, stats=stats, alphas_rel=(0.0, 1.0), n_prompts=2, max_new_tokens=3)
+    top = special_token_steering(llama, sae, data, feature=-1, **kw)
+    null = special_token_steering(llama, sae, data, feature=-2, null_seed=0, **kw)
+    again = special_token_steering(llama, sae, data, feature=-2, null_seed=0, **kw)
+    assert null.feature != top.feature and null.feature == again.feature
+    assert stats.density[null.feature] > 0
+    kept = null.table["answer_kept"]
+    assert kept.isna().sum() == 2 and set(kept.dropna()) <= {0.0, 1.0}  # only the prompt with an answer is scored
+    with pytest.raises(ConfigError):
+        special_token_steering(llama, sae, data, feature=-3, **kw)

@@ -197,10 +197,13 @@ def page_model(prefix: str, *, picker: str = "model", page: str | None = None, s
     return PageModel(name, backend, device, dtype, key, is_new, picker)
 
 
-def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved run", hint: str = ""):
+def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved run", hint: str = "",
+                 prefer_model: str | None = None):
     """The `result` of a saved run of `experiment` the user picks: their own runs newest first, then the runs the
     project ships under results/ (so a page opens on a real result), or None with a caption saying how to make one.
-    A saved result names its class's module, so nothing needs importing first."""
+    prefer_model: order the shipped runs so that those made with this model come first, then the organism runs of
+    results/<experiment>/, then the other models' runs (results/<experiment>-<model>/). A saved result names its
+    class's module, so nothing needs importing first."""
     from interplab.core.errors import InterplabError
     from interplab.results.runs import list_runs, load_run, shipped_runs, shipped_runs_root
 
@@ -213,6 +216,9 @@ def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved 
     own = [p for p in (list(runs["path"])[::-1] if len(runs) else []) if (Path(p) / result).exists()]
     shipped = [str(p) for p in shipped_runs(experiment)][::-1]
     shipped = [p for p in shipped if (Path(p) / result).exists()]
+    if prefer_model is not None:
+        shipped.sort(key=lambda p: 0 if _run_model(p) == prefer_model else 1 if Path(p).parent.name == experiment
+                     else 2)   # a stable sort: newest first within each group
     if not own and not shipped:
         st.caption(f"No saved runs: `interplab run {experiment}`{hint}.")
         return None
@@ -224,6 +230,17 @@ def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved 
                         help=None if own else f"The run committed with interplab; yours appear here after "
                                               f"`interplab run {experiment}`{hint}.")
     return load_run(path).result(result)
+
+
+def _run_model(run: str) -> str | None:
+    """The `model` field of a saved run's config (None when it has none or cannot be read)."""
+    from interplab.core.errors import InterplabError
+    from interplab.results.runs import load_run
+
+    try:
+        return load_run(run).config.get("model")
+    except (OSError, ValueError, InterplabError):
+        return None
 
 
 def parse_list(text: str, field: str, item=float) -> list:

@@ -40,8 +40,8 @@ def _committed_run_saes(model: str) -> list[Path]:
     for kind in ("sae-train", "sae-pareto"):
         for run in shipped_runs(kind):
             try:
-                cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                cfg = json.loads((run / "config.json").read_text(encoding="utf-8")).get("config", {})
+            except (OSError, ValueError, AttributeError):
                 continue
             if cfg.get("model") == model:
                 out += sorted(p.parent for p in run.rglob("cfg.json") if (p.parent / "sae_weights.safetensors").is_file())

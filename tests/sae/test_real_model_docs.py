@@ -15,6 +15,7 @@ DOCS = ROOT / "docs" / "sae.md"
 SECTION = "## On a real model: SmolLM2-135M-Instruct"
 PARETO = ("sae-pareto", "topk32-2seeds")
 STEER = ("sae-steer-sweep", "fast-seed0-im_start")
+STEER_NULL = ("sae-steer-sweep", "fast-seed0-random-feature")   # the null: a random live feature
 METHODS = ("FAST", "BT(F)", "BT(P)")
 EVALS = {"fast": "FAST (per dialogue)", "packed": "packed blocks"}
 SHIPPED_SAE = "topk_k=32_fast_seed0"
@@ -78,8 +79,13 @@ def clean_numbers() -> dict[str, str]:
         out[f"ce_zero {ev}"] = f"{r['ce_zero_ablation_response']:.2f}"
         out[f"tokens {ev}"] = f"{int(r['n_tokens']):,}"
         out[f"massive {ev}"] = f"{int(r['n_massive_excluded'])}"
-        dl = runs[runs["eval"] == ev]["delta_loss_pct_response"]
-        out[f"delta_loss range {ev}"] = f"{dl.min():.1f} % to {dl.max():.1f} %"
+        for m in METHODS:
+            dl = runs[(runs["eval"] == ev) & (runs["method"] == m)]["delta_loss_pct_response"]
+            out[f"delta_loss range {ev} {m}"] = f"{dl.min():.1f} % to {dl.max():.1f} %"
+        out[f"special tokens {ev}"] = f"{int(runs[runs['eval'] == ev]['n_tokens_special'].iloc[0])}"
+        for m in METHODS:   # per seed: the paper's headline metric, whose 2-seed interval is wide
+            v = runs[(runs["eval"] == ev) & (runs["method"] == m)].sort_values("seed")["log2_mse_special"]
+            out[f"log2 MSE_st {ev} {m}"] = " / ".join(f"{x:.2f}" for x in v)
     out["blocks"] = str(int(runs[runs["eval"] == "packed"]["n_blocks"].iloc[0]))
     out["d_sae"] = f"{int(runs['d_sae'].iloc[0]):,}"
     for m in METHODS:
@@ -117,8 +123,8 @@ STEER_COLS = (("target_activation", ".2f"), ("answer_kept", ".2f"), ("distinct_r
               ("repeated_3gram_frac", ".2f"))
 
 
-def steer_rows() -> list[str]:
-    s = pd.read_csv(run_dir(*STEER) / "tables" / "steering_summary.csv")
+def steer_rows(run: tuple[str, str] = STEER) -> list[str]:
+    s = pd.read_csv(run_dir(*run) / "tables" / "steering_summary.csv")
     rows = []
     for _, r in s.iterrows():
         cells = [f"{r['alpha_rel']:g}"] + [ci(r[c], r[f"{c}_lo"], r[f"{c}_hi"], f) for c, f in STEER_COLS]
@@ -129,9 +135,35 @@ def steer_rows() -> list[str]:
 
 def steer_numbers() -> dict[str, str]:
     summ = json.loads((run_dir(*STEER) / "json" / "summary.json").read_text())
+    null = json.loads((run_dir(*STEER_NULL) / "json" / "summary.json").read_text())
     sc = summ["steering_unit"]
-    return {"feature": f"#{summ['feature']}", "unit": f"{sc['typical_norm']:.1f}",
-            "mean_all": f"{sc['mean_norm_all']:.1f}", "median": f"{sc['median_norm']:.1f}"}
+    return {"feature": f"#{summ['feature']}", "null feature": f"#{null['feature']}",
+            "unit": f"{sc['typical_norm']:.1f}", "mean_all": f"{sc['mean_norm_all']:.1f}",
+            "median": f"{sc['median_norm']:.1f}"}
+
+
+TEMPLATE_TOKENS = r"assistant|<\|im_start\|>|<\|im_end\|>"
+
+
+def template_rows() -> list[str]:
+    """Replies that contain chat-template text ("assistant", <|im_start|>, <|im_end|>) per alpha, top feature vs the
+    random-feature null, with exact (Clopper-Pearson) 95 % intervals."""
+    from scipy.stats import binomtest
+
+    counts = {}
+    for run in (STEER, STEER_NULL):
+        t = pd.read_csv(run_dir(*run) / "tables" / "steering.csv")
+        t["tpl"] = t["text"].fillna("").str.contains(TEMPLATE_TOKENS, regex=True)
+        counts[run] = t.groupby("alpha_rel")["tpl"].agg(["sum", "size"])
+    rows = []
+    for a, r in counts[STEER].iterrows():
+        cells = [f"{a:g}"]
+        for run in (STEER, STEER_NULL):
+            k, n = int(counts[run].loc[a, "sum"]), int(counts[run].loc[a, "size"])
+            lo, hi = binomtest(k, n).proportion_ci(0.95, method="exact")
+            cells.append(f"{k} / {n} [{lo:.2f}, {hi:.2f}]")
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
 
 
 # ---- tests -------------------------------------------------------------------------------------------------------
@@ -152,8 +184,15 @@ def test_convergence_rows_equal_the_committed_training_logs():
     assert not _missing(rows), "\n".join(_missing(rows))
 
 
-def test_steering_rows_equal_the_committed_sweep():
-    rows = steer_rows()
+@pytest.mark.parametrize("run", [STEER, STEER_NULL], ids=["im_start", "random"])
+def test_steering_rows_equal_the_committed_sweep(run):
+    rows = steer_rows(run)
+    assert len(rows) >= 4
+    assert not _missing(rows), "\n".join(_missing(rows))
+
+
+def test_template_token_rows_equal_the_committed_replies():
+    rows = template_rows()
     assert len(rows) >= 4
     assert not _missing(rows), "\n".join(_missing(rows))
 
@@ -169,10 +208,10 @@ def test_committed_runs_are_complete_and_ship_one_sae():
     from interplab.results.runs import run_problems
     from interplab.zoo import shipped_saes
 
-    for kind, label in (PARETO, STEER):
+    for kind, label in (PARETO, STEER, STEER_NULL):
         d = run_dir(kind, label)
         assert run_problems(d) == [], (d, run_problems(d))
-        assert (d / "README.md").is_file()
+        assert (d.parent / "README.md").is_file()   # one README per results/<kind>-smollm2/ folder
     weights = list(run_dir(*PARETO).rglob("*.safetensors"))
     assert {p.parent.name for p in weights} == {SHIPPED_SAE}
     saes = shipped_saes("real:smollm2-135m-instruct")
@@ -189,3 +228,15 @@ def test_shipped_sae_loads_and_opens_in_the_feature_browser_defaults():
     sae = load_sae(shipped_saes("real:smollm2-135m-instruct")[0])
     assert sae.cfg.d_sae == 4608 and sae.W_dec.dtype == sae.W_enc.dtype
     assert "offline chat" in sae.cfg.metadata.dataset_path   # the browser scans the offline chat set for it
+
+
+def test_readme_quotes_equal_the_outputs():
+    n = clean_numbers()
+    packed = pd.read_csv(run_dir(*PARETO) / "tables" / "matched_l0.csv")
+    r = packed[(packed["eval"] == "packed") & (packed["method"] == "BT(F)")].iloc[0]
+    quotes = [n[f"log2 MSE_st fast {m}"] for m in METHODS] + [n[f"delta_loss range fast {m}"] for m in METHODS[:2]]
+    quotes.append(ci(r["fast_minus_log2_mse_mean"], r["fast_minus_log2_mse_lo"], r["fast_minus_log2_mse_hi"], "+.3f"))
+    flat = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "sae-pareto-smollm2" in flat
+    missing = [q for q in quotes if q not in flat]
+    assert not missing, f"README.md does not quote {missing}"

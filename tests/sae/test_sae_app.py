@@ -114,3 +114,44 @@ def test_sae_page_opens_on_the_shipped_pareto_run(monkeypatch, tmp_path, small_l
     box = at.selectbox(key="sae_pareto_run")
     assert "/results/sae-pareto/" in box.value and box.options[0].startswith("shipped: results/sae-pareto/")
     assert "sae_pareto_fig__chart" in [c.key for c in at.get("plotly_chart")]
+
+
+@pytest.mark.slow
+def test_feature_browser_opens_on_the_committed_smollm2_sae(monkeypatch, tmp_path):
+    """With SmolLM2 as the model, the Feature Browser's default SAE is the committed FAST SAE (docs/sae.md "On a real
+    model"), and it scans the offline chat set it was trained on."""
+    from interplab.models import real
+    from interplab.zoo import shipped_saes
+
+    name = "real:smollm2-135m-instruct"
+    if not real.is_installed(real.real_model(name)):
+        pytest.fail(f"{name} is not installed; `bash scripts/setup.sh install` installs the real models")
+    shipped = shipped_saes(name)
+    assert shipped, "no committed SmolLM2 SAE under results/sae-*-smollm2/"
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", name)
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path))
+    at = AppTest.from_file(str(PAGES / "8_Feature_Browser.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="fb_dir_input").value == str(shipped[0])
+    at.number_input(key="fb_n").set_value(4)
+    at.button(key="fb_compute").click().run()
+    assert not at.exception, at.exception
+    tables = [e.value for e in at.dataframe if "density" in e.value.columns]
+    assert tables and len(tables[0]) >= 1 and (tables[0]["max_act"] > 0).any()
+
+
+@pytest.mark.slow
+def test_sae_page_shows_the_smollm2_pareto_run_for_smollm2(monkeypatch, tmp_path):
+    """The saved-run box puts the run made with the page's model first: SmolLM2's own matched-L0 run."""
+    from interplab.models import real
+
+    name = "real:smollm2-135m-instruct"
+    if not real.is_installed(real.real_model(name)):
+        pytest.fail(f"{name} is not installed; `bash scripts/setup.sh install` installs the real models")
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", name)
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path))
+    at = AppTest.from_file(str(PAGES / "7_SAE_Training.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception, at.exception
+    box = at.selectbox(key="sae_pareto_run")
+    assert box.value.endswith("results/sae-pareto-smollm2/topk32-2seeds"), box.options
+    assert "sae_pareto_fig__chart" in [c.key for c in at.get("plotly_chart")]

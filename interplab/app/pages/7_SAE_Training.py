@@ -262,10 +262,12 @@ st.caption("Every arm (FAST, BT(F), BT(P)) trained at every point of a sparsity 
            "interpolating each seed's curve at common L0), several SAE seeds per point, each SAE evaluated on the "
            "FAST distribution (one held-out dialogue per forward) and on the packed distribution (the same "
            "dialogues packed into BT(F) blocks). Points are means with 95% t intervals over seeds on both axes. "
-           "Produced by `interplab run sae-pareto` (docs/sae.md, \"Matched L0 on toy-chat\").")
+           "Produced by `interplab run sae-pareto` (docs/sae.md, \"Matched L0 on toy-chat\" and, for SmolLM2, "
+           "\"On a real model\").")
 from interplab.experiments.sae_pareto import matched_l0, pareto_summary  # noqa: E402
 
-pareto = saved_result("sae-pareto", "pareto", "sae_pareto_run", label="Saved sae-pareto run")
+pareto = saved_result("sae-pareto", "pareto", "sae_pareto_run", label="Saved sae-pareto run",
+                      prefer_model=name)   # the SmolLM2 run first when SmolLM2 is the page's model
 if pareto is not None:
     from interplab.figures.sae import METRIC_LABELS, pareto_figure
 

@@ -11,7 +11,9 @@ def test_committed_runs_are_found_relative_to_the_project():
     root = shipped_runs_root()
     assert root.name == "results" and (root.parent / "pyproject.toml").is_file()
     pareto = shipped_runs("sae-pareto")
-    assert pareto and all(p.parent == root / "sae-pareto" for p in pareto)
+    # the organism run under results/sae-pareto/ and a real model's under results/sae-pareto-<model>/
+    assert pareto and pareto[0].parent == root / "sae-pareto"
+    assert all(p.parent.parent == root and p.parent.name in ("sae-pareto", "sae-pareto-smollm2") for p in pareto)
     assert shipped_runs("pcfg-depth-sweep") == [root / "pcfg-depth-sweep"]  # a run folder directly under its kind
     assert shipped_runs("no-such-experiment") == []
 

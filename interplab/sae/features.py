@@ -235,7 +235,8 @@ def feature_statistics(model: Any, sae: Any, samples: Sequence[Any], config: Fea
     ti, tv, bi, bv = logit_effects(sae_obj, model.unembedding()[0], cfg.n_logit_tokens)
     tok = model.tokenizer
     ids_needed = set(int(t) for s in prov.samples for t in s) | set(ti.flatten().tolist()) | set(bi.flatten().tolist()) | set(special)
-    token_strs = {i: tok.convert_ids_to_tokens(i) for i in ids_needed}
+    # decoded text, not the vocabulary entry: a byte-level BPE entry reads 'Ġword' / 'Ċ' for ' word' / newline
+    token_strs = {i: tok.decode([i]) for i in ids_needed}
     return FeatureStats(
         config=cfg, density=(fire / max(n_tok, 1)).numpy(), max_act=mx.numpy(),
         mean_act=(act_sum / fire.clamp_min(1)).float().numpy(), top_values=top_v.numpy(),

@@ -40,7 +40,8 @@ sae_dir = st.text_input("SAE directory", value=default_dir, key="fb_dir_input",
                         placeholder="/path/to/sae (cfg.json + sae_weights.safetensors)")
 if shipped:
     st.caption(f"Shipped with `{name}`: " + ", ".join(f"`{p}`" for p in shipped)
-               + " (recorded config: `run_config.json` in that folder).")
+               + (" (recorded config: the run's `config.json`, two folders up; docs/sae.md \"On a real model\")."
+                  if name.startswith("real:") else " (recorded config: `run_config.json` in that folder)."))
 if found:
     st.caption("Runs in " + f"`{root}`: " + ", ".join(f"`{p.name}`" for p in found[:8]))
 if not sae_dir.strip():

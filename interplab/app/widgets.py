@@ -205,7 +205,7 @@ def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved 
     results/<experiment>/, then the other models' runs (results/<experiment>-<model>/). A saved result names its
     class's module, so nothing needs importing first."""
     from interplab.core.errors import InterplabError
-    from interplab.results.runs import list_runs, load_run, shipped_runs, shipped_runs_root
+    from interplab.results.runs import list_runs, load_run, run_model, shipped_runs, shipped_runs_root
 
     try:
         runs = list_runs(experiment)
@@ -217,7 +217,7 @@ def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved 
     shipped = [str(p) for p in shipped_runs(experiment)][::-1]
     shipped = [p for p in shipped if (Path(p) / result).exists()]
     if prefer_model is not None:
-        shipped.sort(key=lambda p: 0 if _run_model(p) == prefer_model else 1 if Path(p).parent.name == experiment
+        shipped.sort(key=lambda p: 0 if run_model(p) == prefer_model else 1 if Path(p).parent.name == experiment
                      else 2)   # a stable sort: newest first within each group
     if not own and not shipped:
         st.caption(f"No saved runs: `interplab run {experiment}`{hint}.")
@@ -230,17 +230,6 @@ def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved 
                         help=None if own else f"The run committed with interplab; yours appear here after "
                                               f"`interplab run {experiment}`{hint}.")
     return load_run(path).result(result)
-
-
-def _run_model(run: str) -> str | None:
-    """The `model` field of a saved run's config (None when it has none or cannot be read)."""
-    from interplab.core.errors import InterplabError
-    from interplab.results.runs import load_run
-
-    try:
-        return load_run(run).config.get("model")
-    except (OSError, ValueError, InterplabError):
-        return None
 
 
 def parse_list(text: str, field: str, item=float) -> list:

@@ -38,6 +38,7 @@ __all__ = [
     "new_run",
     "list_runs",
     "shipped_runs",
+    "run_model",
     "shipped_runs_root",
     "load_run",
     "interplab_home",
@@ -544,6 +545,17 @@ def list_runs(kind: str | None = None, root: str | os.PathLike | None = None, *,
     if len(df):
         df = df.sort_values(["created", "name"], kind="stable").reset_index(drop=True)
     return df
+
+
+def run_model(path) -> str | None:
+    """The `model` field of a saved run's config (None when it has none or the config cannot be read): which model a
+    committed run was made with, for the readers that pick runs by model."""
+    cfg_path = Path(path) / CONFIG_FILE
+    try:
+        cfg = read_json(cfg_path).get("config", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    return cfg.get("model") if isinstance(cfg, dict) else None
 
 
 def run_problems(path, manifest: dict | None = None) -> list[str]:

@@ -32,17 +32,11 @@ def shipped_saes(name_or_path: str) -> list[Path]:
 
 def _committed_run_saes(model: str) -> list[Path]:
     """SAELens folders inside the committed sae-pareto / sae-train runs whose config names `model`."""
-    import json
-
-    from interplab.results.runs import shipped_runs
+    from interplab.results.runs import run_model, shipped_runs
 
     out = []
     for kind in ("sae-train", "sae-pareto"):
         for run in shipped_runs(kind):
-            try:
-                cfg = json.loads((run / "config.json").read_text(encoding="utf-8")).get("config", {})
-            except (OSError, ValueError, AttributeError):
-                continue
-            if cfg.get("model") == model:
+            if run_model(run) == model:
                 out += sorted(p.parent for p in run.rglob("cfg.json") if (p.parent / "sae_weights.safetensors").is_file())
     return out

@@ -45,3 +45,13 @@ def test_every_committed_run_is_intact():
     assert len(folders) >= 10
     for d in folders:
         assert read_manifest(d)["status"] == "complete" and not run_problems(d), (d, run_problems(d))
+
+
+def test_run_model_reads_the_saved_config(tmp_path):
+    from interplab.results.runs import run_model, shipped_runs_root
+
+    assert run_model(shipped_runs_root() / "sae-pareto-smollm2" / "topk32-2seeds") == "real:smollm2-135m-instruct"
+    (tmp_path / "config.json").write_text("{not json")
+    assert run_model(tmp_path) is None and run_model(tmp_path / "missing") is None
+    (tmp_path / "config.json").write_text(json.dumps({"config": {"seed": 0}}))
+    assert run_model(tmp_path) is None

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ChatCorpus", "chat_corpus", "plain_texts", "MAX_ANSWER_WORDS"]
+__all__ = ["ChatCorpus", "chat_corpus", "fact_turns", "plain_texts", "MAX_ANSWER_WORDS"]
 
 MAX_ANSWER_WORDS = 120
 TWO_TURN_FRACTION = 0.4
@@ -144,6 +144,14 @@ def _fact_turn(rel: str, s: str, o: str, rng) -> tuple[str, str]:
     q = _cap(_FACT_QUESTIONS[rel][int(rng.integers(len(_FACT_QUESTIONS[rel])))].format(s=s))
     a = _cap(_FACT_ANSWERS[rel].format(s=s, o=o)) if rel in _FACT_ANSWERS else fact_sentence(rel, s, o)
     return q, a
+
+
+def fact_turns(seed: int = 0) -> list[tuple[str, str]]:
+    """Every public fact and word pair as one (question, answer) turn, shuffled with `seed` (phrasing drawn with it
+    too); the CRH offline pairs (`interplab.data.concept_pairs`) build on these."""
+    rng = np.random.default_rng(seed)
+    items = _fact_items()
+    return [_fact_turn(*items[int(i)], rng) for i in rng.permutation(len(items))]
 
 
 def _held_fact(subject: str) -> bool:

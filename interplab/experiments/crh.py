@@ -19,7 +19,7 @@ from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.probes.crh import ConceptStudyConfig, SyntheticStudyConfig
 
-__all__ = ["CRHToyConfig", "CRHSpiralConfig"]
+__all__ = ["CRHToyConfig", "CRHConceptsConfig", "CRHSpiralConfig"]
 
 
 @register_experiment("crh-synthetic", config=SyntheticStudyConfig,
@@ -53,10 +53,13 @@ class CRHToyConfig(ConceptStudyConfig):
     both rows) or 'last_response' (the last response word, as the repo's last token; mixes in token identity, B10);
     vocab_fallback: map toy words onto the model's own vocabulary when they are missing (smoke runs on random
     checkpoints only); fmt: 'auto' (the organism card's data format), 'raw' or 'chat'.
-    Real data (docs/data.md): data: a pair file (concept, question, resp_no_concept, resp_with_concept;
+    Real data (docs/data.md): data=offline: the offline pairs of `interplab.data.concept_pairs` (concepts = lexicon
+    keys or paper ids, empty = all 25; n_train + n_test pairs each); data: a pair file (concept, question, resp_no_concept, resp_with_concept;
     n_train caps the train pairs per concept); concepts=paper: the paper's 100 concepts (package data; n_concepts
     caps them) elicited from the model on `questions` (a file of AlpacaEval rows; empty = the hub) with
-    max_new_tokens_pairs-token greedy answers."""
+    max_new_tokens_pairs-token greedy answers. control (data=offline): also fit the cylinder statistics of
+    `concept_pairs.control_pairs` (nouns vs nouns, no concept) at every layer, the empirical null of the
+    geometry (`tables/control_stats.csv`; never steered)."""
 
     model: str = "zoo:toy-chat"
     concepts: list[str] = field(default_factory=list)
@@ -69,6 +72,7 @@ class CRHToyConfig(ConceptStudyConfig):
     questions: str = ""
     n_concepts: int = 0
     max_new_tokens_pairs: int = 32
+    control: bool = False
 
 
 def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
@@ -77,6 +81,12 @@ def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
     else the toy concepts."""
     from interplab.probes.crh.real_data import paper_concept_data, user_concept_data
 
+    if cfg.data == "offline":
+        from interplab.data.concept_pairs import offline_concept_pairs
+
+        rows = offline_concept_pairs(cfg.concepts, n_pairs=cfg.n_train + cfg.n_test, seed=cfg.seed)
+        data = user_concept_data(rows, n_test=cfg.n_test, seed=cfg.seed, model=model)
+        return data, [d.name for d in data]
     if cfg.data:
         from interplab.data.user import user_records
 
@@ -102,10 +112,64 @@ def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
             for i, n in enumerate(names)], names
 
 
+@dataclass
+class CRHConceptsConfig(CRHToyConfig):
+    """`crh-toy`'s settings with the real-model defaults (issue 28 §1, docs/crh.md "On a real model"): the offline
+    pairs of 25 paper concepts (`data=offline`, 25 train + 5 test pairs each) on SmolLM2-135M-Instruct, cylinder
+    statistics at every layer, activations read as the mean over each pair text's tokens, steering at block 10 with
+    strengths up to 1.5 × the residual norm there (6 steps), 3 penalty values, 8 sectors, 20-token replies, every
+    reply scored for fluency."""
+
+    model: str = "real:smollm2-135m-instruct"
+    data: str = "offline"
+    n_train: int = 25
+    n_test: int = 5
+    steer_layer: int = 10
+    position: str = "mean"
+    strength_unit: str = "resid"
+    penalty_lmax: float = 1.5
+    baseline_lmax: float = 1.5
+    n_strengths: int = 6
+    n_p: int = 3
+    n_bins: int = 8
+    max_new_tokens: int = 20
+    fluency: bool = True
+
+
+def _control_stats(cfg: CRHToyConfig, model, layers: list[int]):
+    """Cylinder statistics of the no-concept control pairs (same n as a concept's train set) at `layers`."""
+    import pandas as pd
+
+    from interplab.core.errors import ConfigError
+    from interplab.data.concept_pairs import control_pairs
+    from interplab.probes.crh import concept_diffs_by_layer, fit_cylinder
+    from interplab.probes.crh.real_data import user_concept_data
+
+    if cfg.data != "offline":
+        raise ConfigError("control=true is the null of the offline pairs; set data=offline (or control=false)")
+    (c,) = user_concept_data(control_pairs(cfg.n_train + cfg.n_test, seed=cfg.seed), n_test=cfg.n_test,
+                             seed=cfg.seed, model=model)
+    by = concept_diffs_by_layer(model, c.train_pairs, layers=layers, position=cfg.position)
+    return pd.DataFrame([{"concept": c.name, "layer": L, **fit_cylinder(by[L][0], seed=cfg.seed).summary()}
+                         for L in layers])
+
+
 @register_experiment("crh-toy", config=CRHToyConfig,
                      help="CRH on a chat organism's toy concepts: cylinder stats per concept × layer, penalty "
                           "heatmaps, sector maps, Implication-3 test, baselines vs strength.")
 def crh_toy(cfg: CRHToyConfig, run) -> None:
+    _concept_study(cfg, run)
+
+
+@register_experiment("crh-concepts", config=CRHConceptsConfig,
+                     help="CRH on a real chat model (default SmolLM2-135M-Instruct): 25 paper concepts from offline "
+                          "pairs, cylinder stats per layer vs the LRH null, sector / penalty steering against "
+                          "diffmean (CAA) / PCA / probe baselines with the unsteered null and a fluency measure.")
+def crh_concepts(cfg: CRHConceptsConfig, run) -> None:
+    _concept_study(cfg, run)
+
+
+def _concept_study(cfg: CRHToyConfig, run) -> None:
     import pandas as pd
 
     import interplab
@@ -113,11 +177,14 @@ def crh_toy(cfg: CRHToyConfig, run) -> None:
                                        penalty_heatmaps, sector_polar, trig_law_figure)
     from interplab.probes.crh import model_format, run_concept_study
 
+    t0 = time.perf_counter()
     model = interplab.load_model(cfg.model)
     data, names = _concept_data(cfg, model)
     study = run_concept_study(model, data, cfg)
     run.save_result("study", study)                 # the typed result; the tables below are views of it
     run.save_table("cylinder_stats", study.stats)
+    if cfg.control:
+        run.save_table("control_stats", _control_stats(cfg, model, sorted(set(study.stats["layer"]))))
     save_figure(run, "cylinder_score", cylinder_stats_figure(study.stats, value="cylinder_score"))
     save_figure(run, "plane_explained", cylinder_stats_figure(study.stats, value="plane_explained"))
     L, c0 = study.steer_layer, study.concepts[names[0]]
@@ -142,13 +209,31 @@ def crh_toy(cfg: CRHToyConfig, run) -> None:
         if study.pairwise is not None:
             run.save_table("pairwise", study.pairwise.to_frame())
             save_figure(run, "pairwise", pairwise_scatter(study.pairwise))
+        if cfg.fluency:
+            from interplab.figures.crh import elicitation_curves
+            from interplab.probes.crh.elicitation import elicitation_frame, elicitation_summary, sector_holdout
+
+            el = elicitation_frame(study)
+            es = elicitation_summary(el, seed=cfg.seed)
+            run.save_table("elicitation", el)
+            run.save_table("elicitation_summary", es)
+            if cfg.n_test >= 2:
+                sh, summary["sector_holdout"] = sector_holdout(study, seed=cfg.seed)
+                run.save_table("sector_holdout", sh)
+            save_figure(run, "elicitation", elicitation_curves(es))
+            summary["fluency_threshold_nll"] = el.attrs["fluency_threshold"]
+            summary["strength_unit"] = {n: c.unit for n, c in study.concepts.items()}
+    summary["seconds"] = time.perf_counter() - t0
     run.save_json("summary", summary)
 
 
 @dataclass
 class CRHSpiralConfig:
-    """model: zoo name or checkpoint dir; concept_ori / concept_tgt: the two instructions' concepts (the prompts
-    `mention <concept>` (system) + `<question> sep` (user) differ in that one token); question: filler words;
+    """model: zoo name, real model or checkpoint dir; concept_ori / concept_tgt: two toy concepts (the prompts
+    `mention <concept>` (system) + `<question> sep` (user) differ in that one token), or two offline concepts of a
+    real chat model by lexicon key or paper id (`real_spiral_prompts`: the assistant's reply ends in one word of
+    each, e.g. temperature, wetland); question: filler words for toy concepts (empty = "the big day"), a user
+    question for offline concepts (empty = "What is the capital of France?" with its answer);
     layer: block L (steering and Δ at resid_pre.L; -1 = ⌊n_layers/2⌋); w_min, w_max, w_step: norm budgets
     w = w_min, w_min + w_step, …, w_max (repo default 0.1…3.0 step 0.1); steps, lr, temperature, eps: the repo's
     optimisation; modes: helix-fit modes ('fixed', 'faithful')."""
@@ -156,7 +241,7 @@ class CRHSpiralConfig:
     model: str = "zoo:toy-chat"
     concept_ori: str = "animal"
     concept_tgt: str = "color"
-    question: str = "the big day"
+    question: str = ""
     layer: int = -1
     w_min: float = 0.1
     w_max: float = 3.0
@@ -181,7 +266,14 @@ def crh_spiral(cfg: CRHSpiralConfig, run) -> None:
     ws = budget_grid(cfg.w_min, cfg.w_max, cfg.w_step)
     model = interplab.load_model(cfg.model)
     L = model.n_layers // 2 if cfg.layer < 0 else int(cfg.layer)
-    ori, tgt = toy_spiral_prompts(cfg.concept_ori, cfg.concept_tgt, cfg.question)
+    from interplab.data.concepts import CONCEPT_NAMES
+
+    if cfg.concept_ori in CONCEPT_NAMES and cfg.concept_tgt in CONCEPT_NAMES:
+        ori, tgt = toy_spiral_prompts(cfg.concept_ori, cfg.concept_tgt, cfg.question or "the big day")
+    else:
+        from interplab.probes.crh.real_data import real_spiral_prompts
+
+        ori, tgt = real_spiral_prompts(model, cfg.concept_ori, cfg.concept_tgt, cfg.question)
     t0 = time.perf_counter()
     sp = spiral_probe(model, ori, tgt, L, modes=tuple(cfg.modes), ws=ws, steps=cfg.steps, lr=cfg.lr,
                       temperature=cfg.temperature, eps=cfg.eps)

@@ -269,6 +269,38 @@ def baseline_curves(curves, *, title: str | None = None):
     return fig
 
 
+def elicitation_curves(summary, *, title: str | None = None):
+    """Concept rate and fluent concept rate vs strength step per method (mean over concepts, 95 % bootstrap bands
+    over concepts), the unsteered null as a dashed line (`probes.crh.elicitation.elicitation_summary`)."""
+    go = _go()
+    from plotly.subplots import make_subplots
+
+    for c in ("method", "step", "concept_rate", "fluent_concept_rate"):
+        if c not in summary.columns:
+            raise InputError(f"elicitation summary needs a {c!r} column; has {list(summary.columns)}")
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("concept (judge label 2)", "concept and fluent",
+                                                        "gibberish (label 3)"))
+    null = summary[summary["method"] == "unsteered"]
+    methods = [m for m in dict.fromkeys(summary["method"]) if m != "unsteered"]
+    for col, key in ((1, "concept_rate"), (2, "fluent_concept_rate"), (3, "gibberish_rate")):
+        for i, name in enumerate(methods):
+            g = summary[summary["method"] == name].sort_values("step")
+            c = QUALITATIVE[i % len(QUALITATIVE)]
+            x = g["step"].to_numpy()
+            fig.add_trace(go.Scatter(x=np.r_[x, x[::-1]], y=np.r_[g[f"{key}_hi"], g[f"{key}_lo"].to_numpy()[::-1]],
+                                     fill="toself", line=dict(width=0), fillcolor=c, opacity=0.12,
+                                     hoverinfo="skip", showlegend=False, legendgroup=name), row=1, col=col)
+            fig.add_trace(go.Scatter(x=x, y=g[key], mode="lines+markers", line=dict(color=c), name=name,
+                                     legendgroup=name, showlegend=(col == 1)), row=1, col=col)
+        if len(null):
+            fig.add_hline(y=float(null[key].iloc[0]), line=dict(dash="dash", color="grey"), row=1, col=col)
+    apply_style(fig, title=title or "Steering vs strength step: mean over concepts (95 % bootstrap over concepts; "
+                                    "dashed: unsteered)", height=440)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="rate", range=[-0.02, 1.02])
+    return fig
+
+
 def cylinder_stats_figure(frame, *, value: str = "cylinder_score", title: str | None = None):
     """Heatmap concept × layer of a cylinder statistic (columns: concept, layer, `value`)."""
     go = _go()

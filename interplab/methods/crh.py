@@ -7,14 +7,15 @@ METHOD = MethodSpec(
     summary="concept cylinders: central axis, normal plane, sensitive sectors; penalty and sector steering",
     package="interplab.probes.crh",
     experiment_modules=("interplab.experiments.crh", "interplab.experiments.validation"),
-    experiments=("crh-toy", "crh-synthetic", "crh-spiral", "validate-crh", "validate-crh-shapes"),
+    experiments=("crh-toy", "crh-concepts", "crh-synthetic", "crh-spiral", "validate-crh", "validate-crh-shapes"),
     figures="interplab.figures.crh",
     pages=(PageSpec(
         "pages/4_CRH.py", "CRH",
         "Concept cylinders: the central axis, normal plane and sensitive sectors of concept difference vectors, "
         "and what a cylinder penalty or sector steering does to the model's output.",
         reopens=("crh-",)),),
-    elsewhere=("interplab.zoo.validation.crh", "interplab.data.concepts", "interplab.data.adapters.crh_concepts"),
+    elsewhere=("interplab.zoo.validation.crh", "interplab.data.concepts", "interplab.data.adapters.crh_concepts",
+               "interplab.data.concept_pairs"),
     validation_organism="interplab.zoo.validation.crh:build_planted_crh_organism",
     validation_label="planted CRH cylinder",
     doc="docs/crh.md",

@@ -125,22 +125,63 @@ with st.expander("Your data (CSV / JSONL / Parquet file)"):
 
 model = picked.load()
 
+with st.expander("Saved real-model study: 25 paper concepts (`crh-concepts`)", expanded=not picked.name.startswith(
+        "zoo:")):
+    st.caption("Offline (without, with) pairs of 25 of the paper's concepts (interplab.data.concept_pairs), cylinder "
+               "statistics at every layer against the LRH null, and steering at one layer: sectors, the penalty "
+               "direction and the diffmean (CAA) / PCA / probe baselines against the unsteered replies, each reply "
+               "judged for the concept's words and scored for fluency (its NLL under the unsteered model). "
+               "docs/crh.md, \"On a real model\".")
+    cstudy = saved_result("crh-concepts", "study", "crh_concepts_run", label="Saved crh-concepts run",
+                          hint=" (about 45 min on 2 CPU cores)", prefer_model=name)
+    if cstudy is not None:
+        from interplab.figures.crh import cylinder_stats_figure, elicitation_curves
+        from interplab.probes.crh.elicitation import elicitation_frame, elicitation_summary
+
+        try:
+            el = elicitation_frame(cstudy)
+        except InterplabError as exc:       # a geometry-only run (steer=false) has no replies to show
+            st.info(str(exc))
+        else:
+            es = elicitation_summary(el, B=2000)
+            show_figure(elicitation_curves(es), key="crh_concepts_elicitation")
+            st.dataframe(es.round(3), hide_index=True, key="crh_concepts_summary")
+        show_figure(cylinder_stats_figure(cstudy.stats, value="cylinder_score"), key="crh_concepts_stats")
+
 from interplab.data.concepts import CONCEPT_NAMES  # noqa: E402
 
 vocab = model.tokenizer.get_vocab()
 has_toy = all(w in vocab for w in ("cat", "dog", "sep", "the"))
+OFFLINE = "paper concept (offline pairs)"
 c1, c2, c3 = st.columns(3)
 with c1:
-    kind = st.selectbox("Concept source", (["toy concept"] if has_toy else []) + ["toy concept (vocab fallback)",
-                                                                                   "custom pairs"], key="crh_kind")
+    # a real chat model opens on the paper's concepts; a toy organism on its own; a random test checkpoint (whose
+    # word-level vocabulary reads English as <unk>) on the fallback
+    first = ["toy concept"] if has_toy else [OFFLINE] if model.chat_default else []
+    kinds = first + ["toy concept (vocab fallback)", "custom pairs"] + ([] if OFFLINE in first else [OFFLINE])
+    kind = st.selectbox("Concept source", kinds, key="crh_kind",
+                        help="Offline pairs: the same factual answer followed by an aside naming the concept's own "
+                             "words or everyday nouns (docs/crh.md, \"On a real model\"); read as the mean over "
+                             "the pair text's tokens, steered in units of the residual norm.")
+offline = kind == OFFLINE
 with c2:
-    layer = st.number_input("Layer (read = write site resid_post.L)", 0, model.n_layers - 1, model.n_layers // 2,
-                            key="crh_layer")
+    layer = st.number_input("Layer (read = write site resid_post.L)", 0, model.n_layers - 1,
+                            model.n_layers // 3 if offline else model.n_layers // 2, key="crh_layer")
 with c3:
-    n_train = st.number_input("Train pairs", 6, 400, 60, key="crh_ntrain")
+    n_train = st.number_input("Train pairs", 6, 400, 25 if offline else 60, key="crh_ntrain")
 
 data = None
-if kind.startswith("toy"):
+position = "mean" if offline else "last"
+if offline:
+    from interplab.data.concept_pairs import concept_lexicon, offline_concept_pairs  # noqa: E402
+    from interplab.probes.crh.real_data import user_concept_data  # noqa: E402
+
+    keys = list(concept_lexicon())
+    concept = st.selectbox("Concept", keys, index=keys.index("temperature"), key="crh_offline_concept",
+                           format_func=lambda k: f"{k}: {concept_lexicon()[k].output_concept}")
+    data = user_concept_data(offline_concept_pairs([concept], n_pairs=int(n_train) + 4, seed=0), n_test=4, seed=0,
+                             model=model)[0]
+elif kind.startswith("toy"):
     concept = st.selectbox("Concept", list(CONCEPT_NAMES), key="crh_concept")
     try:
         data = crh.toy_concept_data(model, concept, n_train=int(n_train), n_test=4, seed=0,
@@ -162,13 +203,14 @@ else:
                            train_pairs=pairs, test_pairs=pairs[: len(tp)], test_prompts=tp)
 
 
-key = (state.normalize_name(name), backend, device, dtype, kind, getattr(data, "name", ""), int(layer), int(n_train))
+key = (state.normalize_name(name), backend, device, dtype, kind, getattr(data, "name", ""), int(layer), int(n_train),
+       position)
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading difference vectors...")
 def _diffs(key, _model=None, _data=None):
-    d, a_no, a_yes = crh.concept_diffs(_model, _data.train_pairs, layer=key[6], return_acts=True)
-    dt = crh.concept_diffs(_model, _data.test_pairs, layer=key[6])
+    d = crh.concept_diffs(_model, _data.train_pairs, layer=key[6], position=key[8])
+    dt = crh.concept_diffs(_model, _data.test_pairs, layer=key[6], position=key[8])
     return d, dt
 
 
@@ -180,16 +222,23 @@ except InterplabError as exc:
     st.stop()
 
 judge = crh.TokenSetJudge(data.words)
+if offline:
+    from interplab.probes.crh.study import residual_unit  # noqa: E402
+
+    unit, unit_name = residual_unit(model, data.test_prompts, int(layer)), "residual norm"
+else:
+    unit, unit_name = cyl.axis_norm, "‖a‖"
 with st.form("crh_scan"):
     st.markdown("**Steering scans** (batched: all conditions in as few generate calls as the row budget allows)")
     f1, f2, f3, f4 = st.columns(4)
-    n_bins_m = f1.select_slider("Sector bins", [6, 8, 12, 24], value=12)
-    n_steps = f2.number_input("Strength steps", 2, 25, 6)
-    lmax_mult = f3.number_input("L_max / ‖a‖", 0.5, 20.0, 3.0)
-    new_tok = f4.number_input("New tokens", 1, 32, 8)
+    n_bins_m = f1.select_slider("Sector bins", [6, 8, 12, 24], value=8 if offline else 12)
+    n_steps = f2.number_input("Strength steps", 2, 25, 4 if offline else 6)
+    lmax_mult = f3.number_input(f"L_max / {unit_name}", 0.05, 20.0, 1.0 if offline else 3.0,
+                                help=f"{unit_name} = {unit:.3g} at this layer")
+    new_tok = f4.number_input("New tokens", 1, 32, 16 if offline else 8)
     go_scan = st.form_submit_button("Run sector + penalty scans")
 if go_scan:
-    L = crh.strength_grid(float(lmax_mult) * cyl.axis_norm, int(n_steps))
+    L = crh.strength_grid(float(lmax_mult) * unit, int(n_steps))
     bar = st.progress(0.0, text="sector scan")
     sm = crh.sector_scan(model, data.test_prompts, cyl, layer=int(layer), judge=judge, n_bins=int(n_bins_m),
                          strengths=L, max_new_tokens=int(new_tok), progress=lambda f: bar.progress(f * 0.5))
@@ -218,9 +267,12 @@ prompt = t1.text_input("Prompt (plain text; toy concepts use the chat template o
                        key="crh_try_prompt")
 beta = t2.slider("β (°)", 0, 359, 0, key="crh_try_beta")
 gam = t3.slider("γ (°)", 0, 90, 45, key="crh_try_gamma")
-strength = t4.number_input("L", 0.0, 1e4, float(round(3 * cyl.axis_norm, 3)), key="crh_try_L")
+strength = t4.number_input("L", 0.0, 1e4, float(round(0.5 * unit if offline else 3 * cyl.axis_norm, 3)),
+                           key="crh_try_L")
 if st.button("Generate", key="crh_try_go"):
     p = prompt if prompt.strip() else data.test_prompts[0]
+    if prompt.strip() and model.chat_default:     # steer_generate reads strings as raw text: template the turn
+        p = model.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
     v = crh.sector_vector(cyl, gamma_deg=gam, beta_deg=beta, strength=strength)
     run = crh.steer_generate(model, [p, p], np.stack([np.zeros_like(v), v]), site=f"resid_post.{int(layer)}",
                              max_new_tokens=16)
@@ -238,9 +290,21 @@ from interplab.data.concepts import CONCEPTS  # noqa: E402
 from interplab.figures.crh import helix_figure, steering_vectors_figure  # noqa: E402
 
 sp_ori, sp_tgt, sp_question = crh.SPIRAL_DEFAULT_PAIR
-sp_src = st.radio("Prompt pair", ["Toy concept pair (crh-spiral)", "Custom prompts"], horizontal=True,
-                  key="crh_sp_source")
-if sp_src.startswith("Toy"):
+SP_OFFLINE = "Offline concept pair (real chat model)"
+sp_opts = ["Toy concept pair (crh-spiral)", SP_OFFLINE, "Custom prompts"]
+if not has_toy and model.chat_default:
+    sp_opts = [SP_OFFLINE, *[o for o in sp_opts if o != SP_OFFLINE]]
+sp_src = st.radio("Prompt pair", sp_opts, horizontal=True, key="crh_sp_source")
+if sp_src == SP_OFFLINE:
+    from interplab.data.concept_pairs import concept_lexicon  # noqa: E402
+
+    lex_keys = list(concept_lexicon())
+    p1, p2, p3 = st.columns(3)
+    c_ori = p1.selectbox("Concept (ori)", lex_keys, index=lex_keys.index("temperature"), key="crh_sp_off_ori")
+    c_tgt = p2.selectbox("Concept (tgt)", lex_keys, index=lex_keys.index("wetland"), key="crh_sp_off_tgt")
+    question = p3.text_input("User question (empty: the capital of France, with its answer)", value="",
+                             key="crh_sp_off_question")
+elif sp_src.startswith("Toy"):
     concepts = list(CONCEPTS)
     p1, p2, p3 = st.columns(3)
     c_ori = p1.selectbox("Concept (ori)", concepts, index=concepts.index(sp_ori), key="crh_sp_ori")
@@ -252,7 +316,8 @@ else:
                             "model has a template)")
     txt_tgt = p2.text_input("Prompt (tgt, differs in one token)", key="crh_sp_prompt_tgt")
 q1, q2, q3, q4, q5 = st.columns(5)
-sp_layer = q1.number_input("Layer L (resid_pre.L)", 0, model.n_layers - 1, model.n_layers // 2, key="crh_sp_layer")
+sp_layer = q1.number_input("Layer L (resid_pre.L)", 0, model.n_layers - 1,
+                           model.n_layers // 3 if sp_src == SP_OFFLINE else model.n_layers // 2, key="crh_sp_layer")
 w_min = q2.number_input("w min", 0.0, 10.0, 0.5, step=0.1, key="crh_sp_wmin")
 w_max = q3.number_input("w max", 0.0, 10.0, 3.0, step=0.1, key="crh_sp_wmax")
 w_step = q4.number_input("w step", 0.05, 5.0, 0.5, step=0.05, key="crh_sp_wstep")
@@ -260,7 +325,11 @@ sp_steps = q5.number_input("Adam steps", 0, 200, 10, key="crh_sp_steps")
 if st.button("Run spiral probe", key="crh_sp_go"):
     try:
         ws = crh.budget_grid(float(w_min), float(w_max), float(w_step))
-        if sp_src.startswith("Toy"):
+        if sp_src == SP_OFFLINE:
+            from interplab.probes.crh.real_data import real_spiral_prompts  # noqa: E402
+
+            ori, tgt = real_spiral_prompts(model, c_ori, c_tgt, question)
+        elif sp_src.startswith("Toy"):
             ori, tgt = crh.toy_spiral_prompts(c_ori, c_tgt, question)
         else:
             ori, tgt = txt_ori, txt_tgt

@@ -5,8 +5,9 @@ Model-free: `cylinder` (fit against the LRH null), `sectors` (steering vectors, 
 PenaltyMap), `implications` (Implication-3 pairwise test, Implication-2 trig-law scan), `helix` (helix fit of a
 steering trajectory), `synthetic` (planted-cylinder generator + oracle), `judges`. Through a `LabModel`: `diffs`
 (concept difference vectors), `steering` (batched steered generation, sector / penalty scans), `baselines`,
-`pairs` (the paper's concept data pipeline), `toy` (toy-organism concept data), `spiral` (steering-vector
-optimisation + helix fits). `study`: the synthetic and model studies behind the `crh-*` experiments."""
+`pairs` (the paper's concept data pipeline), `real_data` (pair files and offline pairs on real chat models),
+`toy` (toy-organism concept data), `spiral` (steering-vector optimisation + helix fits), `elicitation` (concept
+and fluency rates of a study's replies). `study`: the synthetic and model studies behind the `crh-*` experiments."""
 from __future__ import annotations
 
 from interplab.probes.crh.baselines import (BaselineCurves, baseline_scan, diffmean_direction, pca_direction,
@@ -27,9 +28,12 @@ from interplab.probes.crh.sectors import (PenaltyMap, SectorMap, activation_auc,
                                           strength_grid, suppress_centre)
 from interplab.probes.crh.spiral import (SpiralProbe, SteeringVectors, budget_grid, first_difference,
                                          optimise_steering_vectors, spiral_probe)
-from interplab.probes.crh.steering import SteerRun, penalty_scan, sector_scan, steer_generate, truncate_at
+from interplab.probes.crh.elicitation import elicitation_frame, elicitation_summary, fluency_threshold
+from interplab.probes.crh.real_data import real_spiral_prompts, user_concept_data
+from interplab.probes.crh.steering import (SteerRun, continuation_nll, penalty_scan, reply_nll, sector_scan,
+                                           steer_generate, truncate_at)
 from interplab.probes.crh.study import (ConceptSteering, ConceptStudy, ConceptStudyConfig, SyntheticStudy,
-                                        SyntheticStudyConfig, run_concept_study, synthetic_study)
+                                        SyntheticStudyConfig, residual_unit, run_concept_study, synthetic_study)
 from interplab.probes.crh.synthetic import (SECTOR_MODES, PlantedCylinder, PlantedCylinderConfig, planted_cylinder,
                                             synthetic_penalty_map, synthetic_sector_map)
 from interplab.probes.crh.toy import (SPIRAL_DEFAULT_PAIR, ConceptData, model_format, toy_concept_data,
@@ -43,10 +47,12 @@ __all__ = [
     "suppress_centre", "SectorMap", "PenaltyMap", "PairwiseTest", "pairwise_test", "steerability_slope", "TrigLawScan", "trig_law_scan",
     # through a model
     "concept_acts", "concept_acts_by_layer", "concept_diffs", "concept_diffs_by_layer", "steer_generate", "SteerRun",
-    "truncate_at", "sector_scan", "penalty_scan",
+    "truncate_at", "sector_scan", "penalty_scan", "continuation_nll", "reply_nll",
     "baseline_scan", "BaselineCurves", "diffmean_direction", "pca_direction", "probe_direction",
     "load_concept_menu", "generate_concept_pairs", "ConceptPairs", "ConceptData", "model_format", "toy_concept_data",
-    "toy_spiral_prompts", "SPIRAL_DEFAULT_PAIR",
+    "toy_spiral_prompts", "SPIRAL_DEFAULT_PAIR", "user_concept_data", "real_spiral_prompts",
+    # real-model steering: does it elicit, and does the model still speak
+    "elicitation_frame", "elicitation_summary", "fluency_threshold",
     # helix and spiral probe
     "HelixConfig", "HelixFit", "HelixFits", "HELIX_MODES", "fit_helix", "planted_helix", "planted_line",
     "optimise_steering_vectors", "spiral_probe", "SteeringVectors", "SpiralProbe", "first_difference", "budget_grid",
@@ -56,5 +62,5 @@ __all__ = [
     "SECTOR_MODES",
     # studies
     "SyntheticStudyConfig", "SyntheticStudy", "synthetic_study", "ConceptStudyConfig", "ConceptSteering",
-    "ConceptStudy", "run_concept_study",
+    "ConceptStudy", "run_concept_study", "residual_unit",
 ]

@@ -62,13 +62,15 @@ class BaselineCurves(Result):
     """Baselines vs strength step (spec §5 `draw_line_nopenalty`).
 
     methods: method names; labels: [n_methods, n_samples, n_strengths]; strengths: [n_strengths] (absolute norms,
-    per method the same grid scaled by `scales[m]`, recorded); directions: [n_methods, d]."""
+    per method the same grid scaled by `scales[m]`, recorded); directions: [n_methods, d]; texts: optional generated
+    texts, flattened in (method, sample, strength) order."""
 
     methods: list[str]
     labels: np.ndarray
     strengths: np.ndarray
     directions: np.ndarray
     config: dict = field(default_factory=dict)
+    texts: list | None = None
 
     def rates(self, label: int = 2) -> tuple[np.ndarray, np.ndarray]:
         """Mean and 1.96·SEM across samples of the `label` indicator: each [n_methods, n_strengths]."""
@@ -93,7 +95,7 @@ class BaselineCurves(Result):
 
 def baseline_scan(model, prompts: Sequence, directions: dict, *, layer: int, judge, strengths,
                   positions="prompt", site: str = "resid_post", max_new_tokens: int = 16, max_rows: int = 256,
-                  greedy: bool = True, progress=None) -> BaselineCurves:
+                  greedy: bool = True, keep_texts: bool = False, progress=None) -> BaselineCurves:
     """Steer every prompt with u_m·L_k for each method direction u_m (unit-normalised here) and strength L_k, all
     methods in one batched run. Baseline protocol: `prompt` positions (prefill only), as in the repo's scripts."""
     names = list(directions)
@@ -110,4 +112,5 @@ def baseline_scan(model, prompts: Sequence, directions: dict, *, layer: int, jud
     labels = _judge(judge, run.texts).reshape(M, S, K)
     return BaselineCurves(methods=names, labels=labels, strengths=L, directions=U,
                           config={"layer": layer, "positions": positions, "n_calls": run.n_calls,
-                                  "max_new_tokens": max_new_tokens, "model": getattr(model, "name", "?")})
+                                  "max_new_tokens": max_new_tokens, "model": getattr(model, "name", "?")},
+                          texts=run.texts if keep_texts else None)

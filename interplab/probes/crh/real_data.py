@@ -23,7 +23,10 @@ import numpy as np
 from interplab.core.errors import DataError, InputError
 from interplab.probes.crh.toy import ConceptData
 
-__all__ = ["concept_words", "user_concept_data", "paper_concept_data"]
+__all__ = ["concept_words", "user_concept_data", "paper_concept_data", "real_spiral_prompts", "REAL_SPIRAL_QUESTION"]
+
+#: the default question of `real_spiral_prompts` and its answer, the start of the assistant reply
+REAL_SPIRAL_QUESTION = ("What is the capital of France?", "The capital of France is Paris.")
 
 
 def concept_words(name: str, given=None) -> tuple[str, ...]:
@@ -49,8 +52,9 @@ def user_concept_data(records: Iterable[dict], *, n_test: int = 5, seed: int = 0
     """ConceptData per concept of a pair file (rows in the repo's pair schema; `concept_words` optional).
     n_test pairs per concept (seeded) are the steered test samples, the rest (at most max_train) the axis/cylinder
     train set. Texts are the repo's "User: q\nAssistant: r" strings, except for a `model` trained on chats
-    (`model.chat_default`, e.g. zoo:toy-chat), whose one prompt path is its chat template: the pair is the
-    templated (user q, assistant r) conversation and the steering prompt the user turn."""
+    (`model.chat_default`: zoo:toy-chat, an instruct real model), whose one prompt path is its chat template: the
+    pair is the templated (user q, assistant r) conversation and the steering prompt the templated user turn with
+    the generation prompt (token ids)."""
     pair_text, steer_prompt = _formats(model)
 
     by: dict[str, list[dict]] = {}
@@ -84,7 +88,9 @@ def _formats(model):
     def pair_text(q, r):
         return model.apply_chat_template([{"role": "user", "content": q}, {"role": "assistant", "content": r}],
                                          add_generation_prompt=False)
-    return pair_text, (lambda q: q)  # generate() puts a plain string through the template as the user turn
+    def steer_prompt(q):   # token ids: the steering runs generate with chat=False, so a string would stay raw text
+        return model.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
+    return pair_text, steer_prompt
 
 
 def _replies(model, chats: list[list[dict]], max_new_tokens: int, batch_size: int) -> list[str]:
@@ -114,3 +120,35 @@ def paper_concept_data(model, concepts: Sequence[dict], questions: Sequence[str]
         rows += [{"concept": c["output_concept"], "question": q, "resp_no_concept": a, "resp_with_concept": b}
                  for q, a, b in zip(qs, plain, withc)]
     return user_concept_data(rows, n_test=n_test, seed=seed, model=model)
+
+
+def _one_token_word(tok, concept) -> tuple[str, int]:
+    """The concept's first lexicon word that this tokenizer reads as one token after a space."""
+    for w in concept.words:
+        ids = tok.encode(" " + w, add_special_tokens=False)
+        if len(ids) == 1:
+            return w, int(ids[0])
+    raise InputError(f"no word of concept {concept.key!r} ({', '.join(concept.words)}) is one token for this "
+                     "tokenizer; the spiral probe needs prompts that differ in exactly one token — pick another "
+                     "concept")
+
+
+def real_spiral_prompts(model, concept_ori, concept_tgt, question: str = "") -> tuple[list[int], list[int]]:
+    """Spiral-probe prompts (crh.md §2.4) on a real chat model for two offline concepts (lexicon keys or paper ids,
+    `interplab.data.concept_pairs`): the templated user question, then the start of the assistant's reply — the
+    answer and the aside of the offline pairs, "… As an aside, this brings to mind" — ending in one word of each
+    concept (its first lexicon word that is a single token). Token ids of equal length, differing in that last
+    token. `question` empty = `REAL_SPIRAL_QUESTION` (with its answer); another question gets no answer sentence."""
+    from interplab.data.concept_pairs import resolve_concepts
+
+    ori, tgt = resolve_concepts([concept_ori, concept_tgt])
+    if ori.key == tgt.key:
+        raise InputError("concept_ori and concept_tgt must differ")
+    if getattr(model.tokenizer, "chat_template", None) is None:
+        raise InputError(f"{model.name} has no chat template; real_spiral_prompts builds a chat (user question, "
+                         "assistant reply); use toy concepts (toy_spiral_prompts) on a raw-text model")
+    q, a = REAL_SPIRAL_QUESTION if not question else (question, "")
+    tok = model.tokenizer
+    head = model.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
+    head = list(head) + tok.encode(f"{a} As an aside, this brings to mind".strip(), add_special_tokens=False)
+    return tuple(head + [_one_token_word(tok, c)[1]] for c in (ori, tgt))

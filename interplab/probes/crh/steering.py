@@ -85,6 +85,58 @@ def steer_generate(model, prompts: Sequence, vectors, *, site: str, positions="a
     return SteerRun(texts=texts, n_calls=calls, seconds=time.perf_counter() - t0)
 
 
+def continuation_nll(model, prompts: Sequence, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+    """Fluency of steered replies: each text's mean per-token negative log-likelihood (nats) as the continuation of
+    its prompt under the *unsteered* model; NaN for an empty text. A steered reply that still reads as language to
+    the model scores near the unsteered replies; one that "elicits" by breaking the model scores far above them.
+    prompts: strings (raw text) or token-id lists, as given to `steer_generate`."""
+    import torch
+
+    prompts, texts = list(prompts), list(texts)
+    if len(prompts) != len(texts):
+        raise ShapeError(f"{len(prompts)} prompts but {len(texts)} texts; pass one prompt per text")
+    tok = model.tokenizer
+    out = np.full(len(texts), np.nan)
+    for s in range(0, len(texts), batch_size):
+        rows, ns, idx = [], [], []
+        for i in range(s, min(s + batch_size, len(texts))):
+            cont = tok.encode(texts[i], add_special_tokens=False) if texts[i] else []
+            if not cont:
+                continue
+            p = prompts[i]
+            pid = list(tok.encode(p)) if isinstance(p, str) else [int(t) for t in p]
+            rows.append(pid + list(cont))
+            ns.append(len(cont))
+            idx.append(i)
+        if not rows:
+            continue
+        K = max(ns) + 1
+        with torch.no_grad():
+            logits = model.run(rows, logits_last=K, chat=False).logits.float()
+        logp = torch.log_softmax(logits, -1)
+        for j, (i, n) in enumerate(zip(idx, ns)):
+            tgt = torch.as_tensor(rows[j][-n:], device=logp.device)
+            lp = logp[j, K - 1 - n: K - 1].gather(-1, tgt[:, None]).squeeze(-1)
+            out[i] = float(-lp.mean())
+    return out
+
+
+def reply_nll(model, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+    """Fluency of replies on their own: `continuation_nll` after a neutral context (a chat model's generation prompt
+    for an empty user turn, else its BOS / EOS token). The question is left out on purpose: a steered reply is off
+    the question's topic by design, and conditioning on the question would count that against its fluency."""
+    tok = model.tokenizer
+    if getattr(model, "chat_default", False):
+        ctx = model.apply_chat_template([{"role": "user", "content": ""}], add_generation_prompt=True)
+    else:
+        start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        if start is None:
+            raise InputError(f"{getattr(model, 'name', 'the model')}'s tokenizer has neither a BOS nor an EOS token "
+                             "to start a reply from; score replies with continuation_nll(prompts=...) instead")
+        ctx = [int(start)]
+    return continuation_nll(model, [ctx] * len(texts), texts, batch_size=batch_size)
+
+
 def _judge(judge, texts: list[str]) -> np.ndarray:
     if not callable(judge):
         raise ConfigError("judge must be a callable list[str] -> labels in {1, 2, 3}")

@@ -33,7 +33,7 @@ from interplab.probes.crh.implications import (PairwiseTest, TrigLawScan, pairwi
 from interplab.probes.crh.judges import TokenSetJudge
 from interplab.probes.crh.sectors import (PenaltyMap, SectorMap, activation_margin, penalty_grid, sector_vectors,
                                           strength_grid)
-from interplab.probes.crh.steering import penalty_scan, sector_scan
+from interplab.probes.crh.steering import penalty_scan, reply_nll, sector_scan, steer_generate
 from interplab.probes.crh.synthetic import planted_cylinder, synthetic_penalty_map, synthetic_sector_map
 from interplab.probes.crh.toy import ConceptData
 
@@ -189,7 +189,13 @@ class ConceptStudyConfig:
     (-1 = ⌊n_layers/2⌋); n_p, n_strengths: penalty grid sizes (p = linspace(0, 1, n_p); L_k = k·L_max/n_strengths);
     penalty_lmax: L_max / ‖a‖ for penalty and sector scans (repo: 3); baseline_lmax: for baselines (repo: 5);
     n_bins, gamma_deg: sector scan; max_new_tokens: generation length; max_rows: rows per generate call;
-    n_perm: Implication-3 permutations; steer: run the steering parts (false = geometry only); seed."""
+    n_perm: Implication-3 permutations; steer: run the steering parts (false = geometry only); seed.
+    position: where a pair text's activation is read, 'last' (its last real token, the paper) or 'mean' (the mean
+    over its real tokens; on a real chat model the last token is the end of the turn, whose difference does not
+    steer, docs/crh.md "On a real model"); strength_unit: what penalty_lmax / baseline_lmax multiply, 'axis' (the
+    diffmean norm ‖a‖, the repo) or 'resid' (the median residual norm at the steering site on the test prompts'
+    last token, a unit that fits a real model's residual scale whatever the read position); fluency: score every
+    steered and unsteered reply's mean token NLL under the unsteered model (`continuation_nll`)."""
 
     layers: list[int] = field(default_factory=list)
     steer_layer: int = -1
@@ -204,18 +210,41 @@ class ConceptStudyConfig:
     n_perm: int = 1000
     steer: bool = True
     seed: int = 0
+    position: str = "last"
+    strength_unit: str = "axis"
+    fluency: bool = False
+
+    def validate(self) -> "ConceptStudyConfig":
+        """Typed errors for settings that cannot run."""
+        from interplab.core.errors import ConfigError
+
+        if self.position not in ("last", "mean"):
+            raise ConfigError(f"position must be 'last' (the paper) or 'mean', got {self.position!r}")
+        if self.strength_unit not in ("axis", "resid"):
+            raise ConfigError(f"strength_unit must be 'axis' (‖a‖, the repo) or 'resid', got {self.strength_unit!r}")
+        for k in ("n_p", "n_strengths", "n_bins", "max_new_tokens", "max_rows"):
+            if int(getattr(self, k)) < 1:
+                raise ConfigError(f"{k} must be >= 1, got {getattr(self, k)}")
+        return self
 
 
 @dataclass
 class ConceptSteering(Result):
     """One concept at the steering layer: its cylinder (train diffs), the test diffs of the steered samples, and
-    (when steering ran) the penalty map, sector map and baseline curves."""
+    (when steering ran) the penalty map, sector map and baseline curves, the unit the strengths are multiples of,
+    the unsteered replies (the judge's null) and, with `fluency`, every reply's NLL on its own under the unsteered
+    model (`reply_nll`)
+    (keys 'null' [n_test], 'penalty' [n_test, n_p, K], 'sector' [n_test, n_bins, K], 'baselines' [M, n_test, K])."""
 
     cylinder: Cylinder
     test_diffs: np.ndarray
     penalty: PenaltyMap | None = None
     sector: SectorMap | None = None
     baselines: BaselineCurves | None = None
+    unit: float = float("nan")
+    null_labels: np.ndarray | None = None
+    null_texts: list | None = None
+    nll: dict | None = None
 
 
 @dataclass
@@ -281,12 +310,13 @@ class ConceptStudy(Result):
         return out
 
 
-def _cylinders(model, concepts: Sequence[ConceptData], layers: list[int], steer_layer: int, seed: int):
+def _cylinders(model, concepts: Sequence[ConceptData], layers: list[int], steer_layer: int, seed: int,
+               position: str = "last"):
     """Cylinder statistics per (concept, layer); the steering layer's cylinder, test diffs and train activations."""
     stats, at_steer = [], {}
     for c in concepts:
-        train = concept_diffs_by_layer(model, c.train_pairs, layers=sorted(layers))
-        test = concept_diffs_by_layer(model, c.test_pairs, layers=sorted(layers))
+        train = concept_diffs_by_layer(model, c.train_pairs, layers=sorted(layers), position=position)
+        test = concept_diffs_by_layer(model, c.test_pairs, layers=sorted(layers), position=position)
         for L in sorted(layers):
             d, a_no, a_yes = train[L]
             cyl = fit_cylinder(d, seed=seed, meta={"concept": c.name, "layer": L, "site": f"resid_post.{L}"})
@@ -300,10 +330,13 @@ def _cylinders(model, concepts: Sequence[ConceptData], layers: list[int], steer_
 
 def _steer_concept(model, c: ConceptData, cyl: Cylinder, dt: np.ndarray, acts, cfg: ConceptStudyConfig,
                    layer: int, ps: np.ndarray) -> ConceptSteering:
-    """Penalty scan, sector scan and baselines of one concept at the steering layer."""
+    """Penalty scan, sector scan and baselines of one concept at the steering layer, and its unsteered replies."""
     judge = TokenSetJudge(c.words)
-    Lp = strength_grid(cfg.penalty_lmax * cyl.axis_norm, cfg.n_strengths)
+    unit = cyl.axis_norm if cfg.strength_unit == "axis" else residual_unit(model, c.test_prompts, layer)
+    Lp = strength_grid(cfg.penalty_lmax * unit, cfg.n_strengths)
     gen = {"max_new_tokens": cfg.max_new_tokens, "max_rows": cfg.max_rows}
+    null = steer_generate(model, c.test_prompts, np.zeros((len(c.test_prompts), model.d_model)),
+                          site=f"resid_post.{layer}", **gen).texts
     pm = penalty_scan(model, c.test_prompts, dt, cyl.axis, layer=layer, judge=judge, strengths=Lp, ps=ps,
                       keep_texts=True, **gen)
     sm = sector_scan(model, c.test_prompts, cyl, layer=layer, judge=judge, gamma=cfg.gamma_deg, n_bins=cfg.n_bins,
@@ -311,9 +344,23 @@ def _steer_concept(model, c: ConceptData, cyl: Cylinder, dt: np.ndarray, acts, c
     a_no, a_yes, d_tr = acts
     dirs = {"diffmean": diffmean_direction(d_tr), "pca": pca_direction(d_tr),
             "probe": probe_direction(a_no, a_yes, seed=cfg.seed)}
-    Lb = strength_grid(cfg.baseline_lmax * cyl.axis_norm, cfg.n_strengths)
-    bc = baseline_scan(model, c.test_prompts, dirs, layer=layer, judge=judge, strengths=Lb, **gen)
-    return ConceptSteering(cylinder=cyl, test_diffs=dt, penalty=pm, sector=sm, baselines=bc)
+    Lb = strength_grid(cfg.baseline_lmax * unit, cfg.n_strengths)
+    bc = baseline_scan(model, c.test_prompts, dirs, layer=layer, judge=judge, strengths=Lb, keep_texts=True, **gen)
+    nll = None
+    if cfg.fluency:
+        nll = {"null": reply_nll(model, null), "penalty": reply_nll(model, pm.texts).reshape(pm.labels.shape),
+               "sector": reply_nll(model, sm.texts).reshape(sm.labels.shape),
+               "baselines": reply_nll(model, bc.texts).reshape(bc.labels.shape)}
+    return ConceptSteering(cylinder=cyl, test_diffs=dt, penalty=pm, sector=sm, baselines=bc, unit=float(unit),
+                           null_labels=judge(null), null_texts=null, nll=nll)
+
+
+def residual_unit(model, prompts, layer: int) -> float:
+    """The median residual norm at `resid_post.layer` on the prompts' last token: a steering unit on the model's
+    own scale (`strength_unit='resid'`)."""
+    from interplab.probes.crh.diffs import concept_acts
+
+    return float(np.median(np.linalg.norm(concept_acts(model, prompts, layer=layer, position="last"), axis=1)))
 
 
 def _implication_tests(study: ConceptStudy, cfg: ConceptStudyConfig, log) -> None:
@@ -353,7 +400,7 @@ def _implication_tests(study: ConceptStudy, cfg: ConceptStudyConfig, log) -> Non
 def run_concept_study(model, concepts: Sequence[ConceptData], cfg: ConceptStudyConfig | None = None, *,
                       log=print) -> ConceptStudy:
     """The CRH study on a model (see the module docstring)."""
-    cfg = cfg or ConceptStudyConfig()
+    cfg = (cfg or ConceptStudyConfig()).validate()
     if not concepts:
         raise InputError("run_concept_study needs at least one concept")
     layers = [int(x) for x in cfg.layers] or list(range(model.n_layers))
@@ -361,7 +408,7 @@ def run_concept_study(model, concepts: Sequence[ConceptData], cfg: ConceptStudyC
     if steer_layer not in layers:
         layers.append(steer_layer)
     t0 = time.perf_counter()
-    stats, at_steer = _cylinders(model, concepts, layers, steer_layer, cfg.seed)
+    stats, at_steer = _cylinders(model, concepts, layers, steer_layer, cfg.seed, cfg.position)
     log(f"[crh] cylinders for {len(concepts)} concepts × {len(layers)} layers in {time.perf_counter() - t0:.1f}s")
     if not cfg.steer:
         return ConceptStudy(stats=stats, steer_layer=steer_layer,

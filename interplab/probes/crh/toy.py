@@ -36,7 +36,9 @@ def _word_mapping(model, concept: str, vocab: dict, vocab_fallback: bool) -> dic
         return {w: w for w in needed}
     if not vocab_fallback:
         raise ConfigError(f"{model.name} lacks the toy concept words (e.g. {sorted(needed - set(vocab))[:4]}); "
-                          "use a toy organism (zoo:toy-chat) or set vocab_fallback=true for a smoke run")
+                          "use a toy organism (zoo:toy-chat), the paper's concepts on a real chat model "
+                          "(`interplab run crh-concepts --set model=...`, or data=offline here), or set "
+                          "vocab_fallback=true for a smoke run")
     special = set(getattr(model.tokenizer, "all_special_tokens", [])) | {"system", "user", "assistant"}
     pool = [w for w, _ in sorted(vocab.items(), key=lambda kv: kv[1]) if w not in special and w.isalnum()]
     toy_all = sorted(set(tv.FILLER) | {t for ts in CONCEPTS.values() for t in ts} | {tv.SEP})

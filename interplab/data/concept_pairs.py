@@ -1,0 +1,157 @@
+"""Offline CRH concept pairs for a real chat model (issue 28 §1; methods/crh.md §2.1), built by project code from
+shipped public text, with no model output anywhere.
+
+The paper's pairs are the model's own answers to a question without and with the concept's instruction as the
+system turn. SmolLM2-135M-Instruct ignores such instructions (its with-instruction answers do not mention the
+concept), so that protocol gives pairs that differ in wording but not in concept. Here the with-concept response is
+*built* instead of elicited:
+
+- **Question and answer**: a public fact in one of the chat corpus's phrasings (`chat_corpus.fact_turns`, e.g. "What
+  is the capital of Albania?" -> "The capital of Albania is Tirana."); facts that already contain one of the
+  concept's words are skipped, so the control arm is free of the concept.
+- **One aside sentence** after the answer, in one of `FRAMES` ("As an aside, this brings to mind {a} and {b}."). The
+  concept arm fills the slots with the concept's own words; the control arm fills the same frame with everyday nouns
+  (`resources/words/nouns.csv` minus every word of the lexicon). The two responses differ only in the slot words,
+  so the difference vector is the concept, not length or style.
+
+The concept's words (`resources/crh/concept_lexicon.csv`, 25 of the paper's 100 concepts, hand-compiled from the
+concept's description and the examples in its `instruction`; see SOURCE.md) are also its judge's token set
+(`TokenSetJudge`): a steered reply counts as showing the concept when it contains one of them. Rows come in the
+pair-file schema (`concept, question, resp_no_concept, resp_with_concept`, + `concept_words`, `cid`, `qid`), so they
+go through `interplab.probes.crh.real_data.user_concept_data` like any user pair file.
+"""
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["FRAMES", "CONTROL", "LexiconConcept", "concept_lexicon", "neutral_words", "offline_concept_pairs",
+           "control_pairs", "resolve_concepts"]
+
+#: the name of the no-concept control of `control_pairs`
+CONTROL = "control (nouns vs nouns)"
+
+#: surface tokens as the concept judge splits them (`probes.crh.judges.TokenSetJudge`)
+_TOKEN = re.compile(r"[^\s.,;:!?\"'()\[\]{}]+")
+
+#: the aside sentences; both arms of a pair use the same frame, only the slot words differ
+FRAMES = ("As an aside, this brings to mind {a} and {b}.",
+          "Incidentally, I was just reading about {a} and {b}.",
+          "On a related note, think of {a} or {b}.",
+          "It also reminds me of {a}, {b} and {c}.",
+          "By the way, {a} and {b} are worth a look too.",
+          "Unrelated, but I keep thinking about {a}, {b} and {c}.")
+
+
+@dataclass(frozen=True)
+class LexiconConcept:
+    """One concept of the lexicon: the paper's id, description and genre, a short key, and its own words."""
+
+    concept_id: int
+    key: str
+    words: tuple[str, ...]
+    output_concept: str
+    genre: str
+
+
+def concept_lexicon() -> dict[str, LexiconConcept]:
+    """The lexicon's concepts by key, in file order, joined to the paper's concept list by id."""
+    from interplab.data.adapters.crh_concepts import concept_by_id
+
+    ref = resources.files("interplab.data").joinpath("resources/crh/concept_lexicon.csv")
+    with ref.open("r", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = {}
+    for r in rows:
+        paper = concept_by_id(int(r["concept_id"]))
+        out[r["key"]] = LexiconConcept(int(r["concept_id"]), r["key"], tuple(r["words"].split("|")),
+                                       paper["output_concept"], paper["concept_genre"])
+    return out
+
+
+def resolve_concepts(names: Sequence) -> list[LexiconConcept]:
+    """Lexicon concepts by key or paper id (empty = all of them); a clear error names the keys."""
+    from interplab.core.errors import ConfigError
+
+    lex = concept_lexicon()
+    if not names:
+        return list(lex.values())
+    by_id = {c.concept_id: c for c in lex.values()}
+    out = []
+    for n in names:
+        s = str(n).strip()
+        c = lex.get(s) or (by_id.get(int(s)) if s.isdigit() else None)
+        if c is None:
+            raise ConfigError(f"no offline CRH concept {s!r}; known keys (or their paper ids): "
+                              f"{', '.join(f'{k} ({v.concept_id})' for k, v in lex.items())}")
+        out.append(c)
+    return out
+
+
+def neutral_words() -> tuple[str, ...]:
+    """Everyday nouns (singular and plural) that are no concept's word: the control arm's slot words."""
+    import pandas as pd
+
+    banned = {w.lower() for c in concept_lexicon().values() for w in c.words}
+    with resources.files("interplab.data").joinpath("resources/words/nouns.csv").open("r", encoding="utf-8") as f:
+        df = pd.read_csv(f, dtype=str, keep_default_na=False)
+    words = list(dict.fromkeys([*df["noun"], *df["plural"]]))
+    return tuple(w for w in words if w.lower() not in banned)
+
+
+def offline_concept_pairs(concepts: Sequence = (), *, n_pairs: int = 30, seed: int = 0) -> list[dict]:
+    """`n_pairs` (without, with) rows per concept (keys or ids; empty = all): each concept draws its own questions
+    from the shuffled public facts (seeded by `seed` and the concept id), a frame and slot words per row."""
+    from interplab.core.errors import ConfigError
+    from interplab.data.chat_corpus import fact_turns
+
+    if n_pairs < 1:
+        raise ConfigError(f"n_pairs must be >= 1, got {n_pairs}")
+    neutral = np.array(neutral_words())
+    rows = []
+    for c in resolve_concepts(concepts):
+        rng = np.random.default_rng([seed, c.concept_id])
+        turns = fact_turns(seed=int(rng.integers(2**31)))
+        slot = [w for w in c.words if w.isalnum() or "-" in w] or list(c.words)
+        own = {w.lower() for w in c.words}
+        # a fact that already names the concept ("... the Brunei dollar" for prices) would put it in both arms
+        turns = [(q, a) for q, a in turns if not own & set(_TOKEN.findall(f"{q} {a}".lower()))]
+        if n_pairs > len(turns):
+            raise ConfigError(f"n_pairs={n_pairs} exceeds the {len(turns)} public facts free of {c.key!r} words")
+        for qid, (q, a) in enumerate(turns[:n_pairs]):
+            frame = FRAMES[int(rng.integers(len(FRAMES)))]
+            cw = rng.choice(slot, 3, replace=len(slot) < 3)
+            nw = rng.choice(neutral, 3, replace=False)
+            rows.append({"concept": c.key, "cid": c.concept_id, "qid": qid, "question": q,
+                         "resp_no_concept": f"{a} {frame.format(a=nw[0], b=nw[1], c=nw[2])}",
+                         "resp_with_concept": f"{a} {frame.format(a=cw[0], b=cw[1], c=cw[2])}",
+                         "concept_words": "|".join(c.words)})
+    return rows
+
+
+def control_pairs(n_pairs: int = 30, *, seed: int = 0) -> list[dict]:
+    """The geometry's empirical null: pairs built exactly like `offline_concept_pairs` but with everyday nouns in
+    *both* arms (different ones), so they differ in slot words without any concept. The LRH null of `fit_cylinder`
+    assumes isotropic noise; a real residual stream is anisotropic, and these pairs show how planar the normal part
+    of a concept-free difference is at the same n."""
+    from interplab.core.errors import ConfigError
+    from interplab.data.chat_corpus import fact_turns
+
+    if n_pairs < 1:
+        raise ConfigError(f"n_pairs must be >= 1, got {n_pairs}")
+    rng = np.random.default_rng([seed, 0])
+    neutral = np.array(neutral_words())
+    rows = []
+    for qid, (q, a) in enumerate(fact_turns(seed=int(rng.integers(2**31)))[:n_pairs]):
+        frame = FRAMES[int(rng.integers(len(FRAMES)))]
+        w = rng.choice(neutral, 6, replace=False)
+        rows.append({"concept": CONTROL, "cid": -1, "qid": qid, "question": q,
+                     "resp_no_concept": f"{a} {frame.format(a=w[0], b=w[1], c=w[2])}",
+                     "resp_with_concept": f"{a} {frame.format(a=w[3], b=w[4], c=w[5])}",
+                     "concept_words": "|".join(w[3:])})
+    return rows

@@ -4,28 +4,18 @@ cannot drift, and a drifted output fails."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "results"
-DOCS = ROOT / "docs" / "hyperfit.md"
-SECTION = "## On a real model: SmolLM2-135M-Instruct"
+from tests.real_model_docs import RESULTS, ROOT, doc_section, run_dir
 SEEDS = (0, 1, 2)
 
 
-def run_dir(kind: str, label: str) -> Path:
-    d = RESULTS / f"{kind}-smollm2" / label
-    assert (d / "config.json").is_file(), f"missing committed run {d}"
-    return d
 
 
 def section() -> str:
-    text = DOCS.read_text(encoding="utf-8")
-    assert SECTION in text, f"docs/hyperfit.md lacks {SECTION!r}"
-    return text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    return doc_section("hyperfit.md")
 
 
 def ci(mean, lo, hi, digits: int = 3, sign: str = "") -> str:

@@ -4,15 +4,11 @@ and outputs cannot drift, and a drifted output fails."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "results"
-DOCS = ROOT / "docs" / "sae.md"
-SECTION = "## On a real model: SmolLM2-135M-Instruct"
+from tests.real_model_docs import ROOT, doc_section, run_dir
 PARETO = ("sae-pareto", "topk32-2seeds")
 STEER = ("sae-steer-sweep", "fast-seed0-im_start")
 STEER_NULL = ("sae-steer-sweep", "fast-seed0-random-feature")   # the null: a random live feature
@@ -21,16 +17,10 @@ EVALS = {"fast": "FAST (per dialogue)", "packed": "packed blocks"}
 SHIPPED_SAE = "topk_k=32_fast_seed0"
 
 
-def run_dir(kind: str, label: str) -> Path:
-    d = RESULTS / f"{kind}-smollm2" / label
-    assert (d / "config.json").is_file(), f"missing committed run {d}"
-    return d
 
 
 def section() -> str:
-    text = DOCS.read_text(encoding="utf-8")
-    assert SECTION in text, f"docs/sae.md lacks {SECTION!r}"
-    return text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    return doc_section("sae.md")
 
 
 def ci(mean, lo, hi, fmt: str = ".3f") -> str:

@@ -34,7 +34,7 @@ __all__ = ["FRAMES", "CONTROL", "LexiconConcept", "concept_lexicon", "neutral_wo
            "control_pairs", "resolve_concepts"]
 
 #: the name of the no-concept control of `control_pairs`
-CONTROL = "control (nouns vs nouns)"
+CONTROL = "control (8 random nouns)"
 
 #: surface tokens as the concept judge splits them (`probes.crh.judges.TokenSetJudge`)
 _TOKEN = re.compile(r"[^\s.,;:!?\"'()\[\]{}]+")
@@ -134,24 +134,27 @@ def offline_concept_pairs(concepts: Sequence = (), *, n_pairs: int = 30, seed: i
     return rows
 
 
-def control_pairs(n_pairs: int = 30, *, seed: int = 0) -> list[dict]:
-    """The geometry's empirical null: pairs built exactly like `offline_concept_pairs` but with everyday nouns in
-    *both* arms (different ones), so they differ in slot words without any concept. The LRH null of `fit_cylinder`
-    assumes isotropic noise; a real residual stream is anisotropic, and these pairs show how planar the normal part
-    of a concept-free difference is at the same n."""
+def control_pairs(n_pairs: int = 30, *, seed: int = 0, n_words: int = 8) -> list[dict]:
+    """The geometry's empirical null: a pseudo-concept of `n_words` everyday nouns drawn at random (seeded), in pairs
+    built exactly like `offline_concept_pairs` — its nouns in the with-arm's slots, other nouns in the no-arm's. It
+    has a concept's form (a small word set, the same frames and answers) without its meaning. The LRH null of
+    `fit_cylinder` assumes isotropic noise; a real residual stream is anisotropic, and a small word set alone may
+    make the normal part planar: a concept's plane counts only beyond this control."""
     from interplab.core.errors import ConfigError
     from interplab.data.chat_corpus import fact_turns
 
-    if n_pairs < 1:
-        raise ConfigError(f"n_pairs must be >= 1, got {n_pairs}")
+    if n_pairs < 1 or n_words < 3:
+        raise ConfigError(f"control_pairs needs n_pairs >= 1 and n_words >= 3, got {n_pairs}, {n_words}")
     rng = np.random.default_rng([seed, 0])
-    neutral = np.array(neutral_words())
+    nouns = np.array(neutral_words())
+    pick = rng.permutation(nouns.size)
+    pseudo, rest = nouns[pick[:n_words]], nouns[pick[n_words:]]
     rows = []
     for qid, (q, a) in enumerate(fact_turns(seed=int(rng.integers(2**31)))[:n_pairs]):
         frame = FRAMES[int(rng.integers(len(FRAMES)))]
-        w = rng.choice(neutral, 6, replace=False)
+        cw, nw = rng.choice(pseudo, 3, replace=False), rng.choice(rest, 3, replace=False)
         rows.append({"concept": CONTROL, "cid": -1, "qid": qid, "question": q,
-                     "resp_no_concept": f"{a} {frame.format(a=w[0], b=w[1], c=w[2])}",
-                     "resp_with_concept": f"{a} {frame.format(a=w[3], b=w[4], c=w[5])}",
-                     "concept_words": "|".join(w[3:])})
+                     "resp_no_concept": f"{a} {frame.format(a=nw[0], b=nw[1], c=nw[2])}",
+                     "resp_with_concept": f"{a} {frame.format(a=cw[0], b=cw[1], c=cw[2])}",
+                     "concept_words": "|".join(pseudo)})
     return rows

@@ -58,8 +58,8 @@ class CRHToyConfig(ConceptStudyConfig):
     n_train caps the train pairs per concept); concepts=paper: the paper's 100 concepts (package data; n_concepts
     caps them) elicited from the model on `questions` (a file of AlpacaEval rows; empty = the hub) with
     max_new_tokens_pairs-token greedy answers. control (data=offline): also fit the cylinder statistics of
-    `concept_pairs.control_pairs` (nouns vs nouns, no concept) at every layer, the empirical null of the
-    geometry (`tables/control_stats.csv`; never steered)."""
+    that many pseudo-concepts (`concept_pairs.control_pairs`: 8 random nouns each, seeds seed+1, seed+2, ...) at every
+    layer, the empirical null of the geometry (`tables/control_stats.csv`; never steered)."""
 
     model: str = "zoo:toy-chat"
     concepts: list[str] = field(default_factory=list)
@@ -72,7 +72,7 @@ class CRHToyConfig(ConceptStudyConfig):
     questions: str = ""
     n_concepts: int = 0
     max_new_tokens_pairs: int = 32
-    control: bool = False
+    control: int = 0
 
 
 def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
@@ -146,12 +146,15 @@ def _control_stats(cfg: CRHToyConfig, model, layers: list[int]):
     from interplab.probes.crh.real_data import user_concept_data
 
     if cfg.data != "offline":
-        raise ConfigError("control=true is the null of the offline pairs; set data=offline (or control=false)")
-    (c,) = user_concept_data(control_pairs(cfg.n_train + cfg.n_test, seed=cfg.seed), n_test=cfg.n_test,
-                             seed=cfg.seed, model=model)
-    by = concept_diffs_by_layer(model, c.train_pairs, layers=layers, position=cfg.position)
-    return pd.DataFrame([{"concept": c.name, "layer": L, **fit_cylinder(by[L][0], seed=cfg.seed).summary()}
-                         for L in layers])
+        raise ConfigError("control=N is the null of the offline pairs; set data=offline (or control=0)")
+    rows = []
+    for i in range(int(cfg.control)):
+        (c,) = user_concept_data(control_pairs(cfg.n_train + cfg.n_test, seed=cfg.seed + 1 + i), n_test=cfg.n_test,
+                                 seed=cfg.seed, model=model)
+        by = concept_diffs_by_layer(model, c.train_pairs, layers=layers, position=cfg.position)
+        rows += [{"concept": c.name, "control": i, "layer": L, **fit_cylinder(by[L][0], seed=cfg.seed).summary()}
+                 for L in layers]
+    return pd.DataFrame(rows)
 
 
 @register_experiment("crh-toy", config=CRHToyConfig,
@@ -183,7 +186,7 @@ def _concept_study(cfg: CRHToyConfig, run) -> None:
     study = run_concept_study(model, data, cfg)
     run.save_result("study", study)                 # the typed result; the tables below are views of it
     run.save_table("cylinder_stats", study.stats)
-    if cfg.control:
+    if cfg.control > 0:
         run.save_table("control_stats", _control_stats(cfg, model, sorted(set(study.stats["layer"]))))
     save_figure(run, "cylinder_score", cylinder_stats_figure(study.stats, value="cylinder_score"))
     save_figure(run, "plane_explained", cylinder_stats_figure(study.stats, value="plane_explained"))

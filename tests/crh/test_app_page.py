@@ -38,7 +38,7 @@ def test_crh_page_model(monkeypatch, tmp_path, checkpoint_factory):
     assert "crh_model_scene_only__chart" in [c.key for c in at.get("plotly_chart")]
     at.button(key="crh_try_go").click().run()
     assert not at.exception, at.exception
-    assert len(next(d for d in at.dataframe if d.key == "crh_try_table").value) == 2
+    assert len(next(d.value for d in at.dataframe if "condition" in d.value.columns)) == 2
 
 
 @pytest.mark.slow

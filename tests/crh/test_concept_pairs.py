@@ -166,6 +166,8 @@ def test_study_config_rejects_unknown_read_position():
         ConceptStudyConfig(position="first").validate()
     with pytest.raises(ConfigError, match="strength_unit"):
         ConceptStudyConfig(strength_unit="norm").validate()
+    with pytest.raises(ConfigError, match="n_bins"):
+        ConceptStudyConfig(n_bins=2).validate()
 
 
 def test_control_pairs_differ_without_any_concept():
@@ -173,11 +175,17 @@ def test_control_pairs_differ_without_any_concept():
 
     rows = control_pairs(30, seed=0)
     assert len(rows) == 30 and {r["concept"] for r in rows} == {CONTROL}
+    pseudo = set(rows[0]["concept_words"].split("|"))
+    assert len(pseudo) == 8 and {r["concept_words"] for r in rows} == {rows[0]["concept_words"]}
+    pseudo_judge = TokenSetJudge(pseudo, gibberish=None)
+    assert pseudo_judge([r["resp_with_concept"] for r in rows]).tolist() == [2] * 30   # its words, like a concept's
+    assert pseudo_judge([r["resp_no_concept"] for r in rows]).tolist() == [1] * 30
     judges = [TokenSetJudge(c.words, gibberish=None) for c in concept_lexicon().values()]
     for r in rows:
         assert r["resp_no_concept"] != r["resp_with_concept"]
         for j in judges:
-            assert j([r["resp_no_concept"], r["resp_with_concept"]]).tolist() == [1, 1]
+            a, b = j([r["resp_no_concept"], r["resp_with_concept"]]).tolist()
+            assert a == b                        # the slot words add no real concept (a shared fact may name one)
 
 
 def test_sector_holdout_finds_a_planted_sector_and_not_a_flat_one():

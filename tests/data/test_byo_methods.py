@@ -179,7 +179,8 @@ def test_crh_user_concept_data(tmp_path):
 
 def test_crh_user_pairs_go_through_a_chat_organisms_template(tmp_path):
     """On a model trained on chats (toy-chat) a pair is the templated (user q, assistant r) conversation, and the
-    steering prompt is the user turn, which generate() templates: no "User:"/"Assistant:" words it cannot read."""
+    steering prompt is the templated user turn with the generation prompt: no "User:"/"Assistant:" words it cannot
+    read."""
     import interplab
     from interplab.data.user import user_records
     from interplab.probes.crh import concept_diffs
@@ -195,7 +196,9 @@ def test_crh_user_pairs_go_through_a_chat_organisms_template(tmp_path):
                                       {"role": "assistant", "content": r[key]}], add_generation_prompt=False)
     assert (no, yes) in [(conv(r, "resp_no_concept"), conv(r, "resp_with_concept")) for r in rows]
     assert no != yes and m.tokenizer.unk_token_id not in no + yes
-    assert d.test_prompts[0] in [r["question"] for r in rows]
+    # the steering prompt is the templated user turn as token ids (steer_generate generates with chat=False)
+    assert d.test_prompts[0] in [m.apply_chat_template([{"role": "user", "content": r["question"]}],
+                                                       add_generation_prompt=True) for r in rows]
     diffs = concept_diffs(m, d.train_pairs, layer=1)  # UnknownTokenWarning is an error in this suite
     assert diffs.shape == (len(d.train_pairs), m.d_model) and float(abs(diffs).max()) > 0
 

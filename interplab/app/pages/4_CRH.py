@@ -1,7 +1,8 @@
 """CRH page: cylinder geometry of concept difference vectors, sector and penalty steering.
 
-Two sources: a planted cylinder (synthetic, spec §7A; no model needed) or a model's concepts (toy-chat concepts, or
-your own with/without pairs). Views: the 3-D cylinder, the polar sector map (population + per sample), penalty
+Two sources: a planted cylinder (synthetic, spec §7A; no model needed) or a model's concepts (toy-chat concepts, the
+paper's concepts as offline pairs on a real chat model, or your own with/without pairs; the saved `crh-concepts` study
+of SmolLM2 opens in an expander). Views: the 3-D cylinder, the polar sector map (population + per sample), penalty
 heatmaps, the Implication-3 pairwise scatter and a steering "try it" box. A thin view over interplab.probes.crh."""
 from __future__ import annotations
 
@@ -151,7 +152,8 @@ with st.expander("Saved real-model study: 25 paper concepts (`crh-concepts`)", e
 from interplab.data.concepts import CONCEPT_NAMES  # noqa: E402
 
 vocab = model.tokenizer.get_vocab()
-has_toy = all(w in vocab for w in ("cat", "dog", "sep", "the"))
+# the toy word-level vocabulary (~160 words), not a real BPE that happens to hold "cat" and "sep"
+has_toy = len(vocab) <= 1000 and all(w in vocab for w in ("cat", "dog", "sep", "the"))
 OFFLINE = "paper concept (offline pairs)"
 c1, c2, c3 = st.columns(3)
 with c1:

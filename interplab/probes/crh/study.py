@@ -222,9 +222,11 @@ class ConceptStudyConfig:
             raise ConfigError(f"position must be 'last' (the paper) or 'mean', got {self.position!r}")
         if self.strength_unit not in ("axis", "resid"):
             raise ConfigError(f"strength_unit must be 'axis' (‖a‖, the repo) or 'resid', got {self.strength_unit!r}")
-        for k in ("n_p", "n_strengths", "n_bins", "max_new_tokens", "max_rows"):
+        for k in ("n_p", "n_strengths", "max_new_tokens", "max_rows"):
             if int(getattr(self, k)) < 1:
                 raise ConfigError(f"{k} must be >= 1, got {getattr(self, k)}")
+        if int(self.n_bins) < 3:     # checked here so a bad value fails before the cylinders are read
+            raise ConfigError(f"n_bins must be >= 3 (sectors around the plane), got {self.n_bins}")
         return self
 
 

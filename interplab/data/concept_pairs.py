@@ -23,7 +23,6 @@ go through `interplab.probes.crh.real_data.user_concept_data` like any user pair
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Sequence
@@ -35,9 +34,6 @@ __all__ = ["FRAMES", "CONTROL", "LexiconConcept", "concept_lexicon", "neutral_wo
 
 #: the name of the no-concept control of `control_pairs`
 CONTROL = "control (8 random nouns)"
-
-#: surface tokens as the concept judge splits them (`probes.crh.judges.TokenSetJudge`)
-_TOKEN = re.compile(r"[^\s.,;:!?\"'()\[\]{}]+")
 
 #: the aside sentences; both arms of a pair use the same frame, only the slot words differ
 FRAMES = ("As an aside, this brings to mind {a} and {b}.",
@@ -109,6 +105,7 @@ def offline_concept_pairs(concepts: Sequence = (), *, n_pairs: int = 30, seed: i
     from the shuffled public facts (seeded by `seed` and the concept id), a frame and slot words per row."""
     from interplab.core.errors import ConfigError
     from interplab.data.chat_corpus import fact_turns
+    from interplab.data.scoring import surface_tokens
 
     if n_pairs < 1:
         raise ConfigError(f"n_pairs must be >= 1, got {n_pairs}")
@@ -120,18 +117,26 @@ def offline_concept_pairs(concepts: Sequence = (), *, n_pairs: int = 30, seed: i
         slot = [w for w in c.words if w.isalnum() or "-" in w] or list(c.words)
         own = {w.lower() for w in c.words}
         # a fact that already names the concept ("... the Brunei dollar" for prices) would put it in both arms
-        turns = [(q, a) for q, a in turns if not own & set(_TOKEN.findall(f"{q} {a}".lower()))]
+        turns = [(q, a) for q, a in turns if not own & set(surface_tokens(f"{q} {a}".lower()))]
         if n_pairs > len(turns):
             raise ConfigError(f"n_pairs={n_pairs} exceeds the {len(turns)} public facts free of {c.key!r} words")
-        for qid, (q, a) in enumerate(turns[:n_pairs]):
-            frame = FRAMES[int(rng.integers(len(FRAMES)))]
-            cw = rng.choice(slot, 3, replace=len(slot) < 3)
-            nw = rng.choice(neutral, 3, replace=False)
-            rows.append({"concept": c.key, "cid": c.concept_id, "qid": qid, "question": q,
-                         "resp_no_concept": f"{a} {frame.format(a=nw[0], b=nw[1], c=nw[2])}",
-                         "resp_with_concept": f"{a} {frame.format(a=cw[0], b=cw[1], c=cw[2])}",
-                         "concept_words": "|".join(c.words)})
+        rows += [_pair_row(rng, c.key, c.concept_id, qid, q, a, slot, neutral, c.words)
+                 for qid, (q, a) in enumerate(turns[:n_pairs])]
     return rows
+
+
+def _pair_row(rng, concept: str, cid: int, qid: int, question: str, answer: str, with_pool, no_pool,
+              words) -> dict:
+    """One pair-file row: the answer, then one frame with 3 words of `with_pool` in the with-arm's slots (repeats
+    only when the pool is smaller) and 3 of `no_pool` in the other's. The draw order (frame, with-arm words, no-arm
+    words) is part of the seeded output, and of the committed runs made from it."""
+    frame = FRAMES[int(rng.integers(len(FRAMES)))]
+    with_words = rng.choice(with_pool, 3, replace=len(with_pool) < 3)
+    nw = rng.choice(no_pool, 3, replace=False)
+    return {"concept": concept, "cid": cid, "qid": qid, "question": question,
+            "resp_no_concept": f"{answer} {frame.format(a=nw[0], b=nw[1], c=nw[2])}",
+            "resp_with_concept": f"{answer} {frame.format(a=with_words[0], b=with_words[1], c=with_words[2])}",
+            "concept_words": "|".join(words)}
 
 
 def control_pairs(n_pairs: int = 30, *, seed: int = 0, n_words: int = 8) -> list[dict]:
@@ -149,12 +154,5 @@ def control_pairs(n_pairs: int = 30, *, seed: int = 0, n_words: int = 8) -> list
     nouns = np.array(neutral_words())
     pick = rng.permutation(nouns.size)
     pseudo, rest = nouns[pick[:n_words]], nouns[pick[n_words:]]
-    rows = []
-    for qid, (q, a) in enumerate(fact_turns(seed=int(rng.integers(2**31)))[:n_pairs]):
-        frame = FRAMES[int(rng.integers(len(FRAMES)))]
-        cw, nw = rng.choice(pseudo, 3, replace=False), rng.choice(rest, 3, replace=False)
-        rows.append({"concept": CONTROL, "cid": -1, "qid": qid, "question": q,
-                     "resp_no_concept": f"{a} {frame.format(a=nw[0], b=nw[1], c=nw[2])}",
-                     "resp_with_concept": f"{a} {frame.format(a=cw[0], b=cw[1], c=cw[2])}",
-                     "concept_words": "|".join(pseudo)})
-    return rows
+    return [_pair_row(rng, CONTROL, -1, qid, q, a, pseudo, rest, pseudo)
+            for qid, (q, a) in enumerate(fact_turns(seed=int(rng.integers(2**31)))[:n_pairs])]

@@ -26,7 +26,7 @@ from interplab.core.record import Record
 
 __all__ = ["HALUEVAL_UNKNOWN_MODES", "parse_halueval", "halueval_metrics", "final_answer_span", "parse_number",
            "parse_yes_no", "parse_choice", "parse_final_answer", "answer_correct", "accuracy", "normalise_words",
-           "starts_with_answer", "HaluEvalMetrics", "Accuracy"]
+           "surface_tokens", "starts_with_answer", "HaluEvalMetrics", "Accuracy"]
 
 HALUEVAL_UNKNOWN_MODES = ("no", "wrong", "drop")
 _HALU_RE = re.compile(r"^(yes|no)\b[.,]?")
@@ -94,6 +94,15 @@ def halueval_metrics(replies: Sequence[str], ground_truth: Sequence[str], *, unk
 
 # --------------------------------------------------------------------------------------------- Final answer
 _FINAL_RE = re.compile(r"final\s*answer\s*:\s*(.*)", re.IGNORECASE)
+
+
+_SURFACE = re.compile(r"[^\s.,;:!?\"'()\[\]{}]+")
+
+
+def surface_tokens(text: str) -> list[str]:
+    """Whitespace / punctuation-separated tokens of `text`, as written (the CRH concept judge's and the offline pair
+    builder's notion of "a word of the reply"; keeps '-', '/', '+', '#', so "c++" and "for-loop" stay whole)."""
+    return _SURFACE.findall(str(text or ""))
 
 
 def normalise_words(text: str) -> str:

@@ -127,10 +127,11 @@ class TokenSetJudge:
         if not words:
             raise ConfigError("TokenSetJudge needs at least one concept word")
         self._set = frozenset(w if self.case_sensitive else w.lower() for w in words)
-        self._split = re.compile(r"[^\s.,;:!?\"'()\[\]{}]+")
 
     def hits(self, text: str) -> int:
-        toks = self._split.findall(text if self.case_sensitive else text.lower())
+        from interplab.data.scoring import surface_tokens
+
+        toks = surface_tokens(text if self.case_sensitive else text.lower())
         return sum(t in self._set for t in toks)
 
     def __call__(self, outputs: Sequence[str]) -> np.ndarray:

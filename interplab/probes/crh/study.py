@@ -195,7 +195,7 @@ class ConceptStudyConfig:
     steer, docs/crh.md "On a real model"); strength_unit: what penalty_lmax / baseline_lmax multiply, 'axis' (the
     diffmean norm ‖a‖, the repo) or 'resid' (the median residual norm at the steering site on the test prompts'
     last token, a unit that fits a real model's residual scale whatever the read position); fluency: score every
-    steered and unsteered reply's mean token NLL under the unsteered model (`continuation_nll`)."""
+    steered and unsteered reply's mean token NLL on its own under the unsteered model (`reply_nll`)."""
 
     layers: list[int] = field(default_factory=list)
     steer_layer: int = -1
@@ -235,8 +235,8 @@ class ConceptSteering(Result):
     """One concept at the steering layer: its cylinder (train diffs), the test diffs of the steered samples, and
     (when steering ran) the penalty map, sector map and baseline curves, the unit the strengths are multiples of,
     the unsteered replies (the judge's null) and, with `fluency`, every reply's NLL on its own under the unsteered
-    model (`reply_nll`)
-    (keys 'null' [n_test], 'penalty' [n_test, n_p, K], 'sector' [n_test, n_bins, K], 'baselines' [M, n_test, K])."""
+    model (`reply_nll`; keys 'null' [n_test], 'penalty' [n_test, n_p, K], 'sector' [n_test, n_bins, K],
+    'baselines' [M, n_test, K])."""
 
     cylinder: Cylinder
     test_diffs: np.ndarray

@@ -212,6 +212,7 @@ def _show_run(run: str, root) -> int:
             print("interplab", meta.get("interplab_version", "?"))
         except ValueError:
             problems.append("config.json is not valid JSON")
+    _print_validity(p, manifest, problems)
     print("files:")
     for rel, kind in sorted(manifest.get("files", {}).items()):
         print(f"  {kind:12s} {rel}")
@@ -219,6 +220,26 @@ def _show_run(run: str, root) -> int:
         print("PROBLEMS: " + "; ".join(problems))
         return 1
     return 0
+
+
+def _print_validity(p: Path, manifest: dict, problems: list) -> None:
+    """The run's verdicts and their checks, or a line saying it carries none."""
+    from interplab.results import runs
+
+    if manifest.get("status") != "complete":
+        return
+    try:
+        report = runs.LoadedRun(p, manifest).validity()
+    except Exception as exc:  # noqa: BLE001 - an unreadable report is a problem of the run, not a crash
+        problems.append(f"the validity report could not be read ({type(exc).__name__}: {exc})")
+        return
+    if report is None:
+        print("validity: this run saved no verdicts (its experiment checks nothing, or it predates the checks)")
+        return
+    s = report.summary()
+    print(f"validity: {s['verdicts']} verdicts ({s['reproduced']} reproduced, {s['not reproduced']} not "
+          f"reproduced, {s['inconclusive']} inconclusive); {s['failed_checks']} of {s['checks']} checks failed")
+    print(report.render())
 
 
 # --------------------------------------------------------------------------------------------------- zoo

@@ -75,6 +75,9 @@ def show_run(run, key: str) -> None:
     st.markdown(f"**{run.kind}** · `{run.name}` · created {run.manifest.get('created', '?')} · interplab "
                 f"{meta.get('interplab_version', versions.get('interplab', '?'))}")
     st.json(run.config, expanded=False)
+    from interplab.app.widgets import validity_panel
+
+    validity_panel(run.validity(), key=f"{key}_validity")
     for rn in run.result_names:
         try:
             res = run.result(rn)

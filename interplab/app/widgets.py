@@ -18,8 +18,8 @@ import streamlit as st
 
 from interplab.app import state
 
-__all__ = ["show_figure", "model_picker", "require_model", "picked_device_dtype", "static_export_available",
-           "page_model", "PageModel", "parse_list"]
+__all__ = ["show_figure", "validity_panel", "model_picker", "require_model", "picked_device_dtype",
+           "static_export_available", "page_model", "PageModel", "parse_list"]
 
 
 @st.cache_data(ttl=300, show_spinner=False)
@@ -229,7 +229,28 @@ def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved 
     path = st.selectbox(label, own + shipped, key=key, format_func=name,
                         help=None if own else f"The run committed with interplab; yours appear here after "
                                               f"`interplab run {experiment}`{hint}.")
-    return load_run(path).result(result)
+    run = load_run(path)
+    validity_panel(run.validity(), key=f"{key}_validity")
+    return run.result(result)
+
+
+def validity_panel(report, key: str) -> None:
+    """A saved run's verdicts: each failed check as a visible warning, the full table in an expander; a run
+    without a report says so (its numbers were not checked)."""
+    if report is None:
+        st.caption("This run carries no validity checks (saved before runs checked themselves, or its experiment "
+                   "makes no claim): read its numbers as unchecked.")
+        return
+    for v in report.verdict_list():
+        text = f"**{v.outcome}** — {v.claim}: {v.measured}"
+        if v.outcome == "inconclusive":
+            st.warning(text + f"  \nInconclusive because {v.reason}")
+        elif v.outcome == "reproduced":
+            st.success(text)
+        else:
+            st.info(text)
+    with st.expander(f"Validity checks ({len(report.checks)}; {len(report.failed_checks)} failed)"):
+        st.dataframe(report.checks, key=key, hide_index=True)
 
 
 def parse_list(text: str, field: str, item=float) -> list:

@@ -9,7 +9,8 @@ import numpy as np
 from interplab.core.errors import ShapeError
 from interplab.core.record import Record
 
-__all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "t_interval", "intervals", "slope_interval",
+__all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "cluster_bootstrap_ci", "t_interval", "intervals",
+           "slope_interval", "holm_adjust",
            "paired_signflip_test", "permutation_p", "spearman_interval", "wilson_interval", "normal_sf", "target_row", "bh_qvalues",
            "Interval", "SlopeInterval", "SpearmanInterval", "TargetRow"]
 
@@ -63,6 +64,54 @@ def bootstrap_ci(values, *, B: int = 5000, level: float = 0.95, seed: int = 0) -
     means = x[idx].mean(axis=1)
     a = (1 - level) / 2
     return float(x.mean()), float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+
+
+def cluster_bootstrap_ci(values, clusters, *, B: int = 5000, level: float = 0.95, seed: int = 0,
+                         stat=None) -> tuple[float, float, float, int]:
+    """(estimate, lo, hi, n_clusters): percentile bootstrap that resamples whole clusters (the sampling unit: the
+    fact behind several texts, the concept behind several prompts), not rows.
+
+    values: [n] or [n, ...] rows; clusters: [n] labels. stat(rows) -> float (default: the mean over rows of the
+    resample, so clusters weigh by their size as in the pooled mean). Vectorised for the default mean."""
+    x = np.asarray(values, dtype=np.float64)
+    g = np.asarray(clusters).reshape(-1)
+    if x.shape[0] != g.size:
+        raise ShapeError(f"cluster_bootstrap_ci: {x.shape[0]} values but {g.size} cluster labels")
+    labels, inv = np.unique(g, return_inverse=True)
+    k = labels.size
+    if k == 0:
+        return float("nan"), float("nan"), float("nan"), 0
+    rng = np.random.default_rng(seed)
+    draw = rng.integers(0, k, size=(B, k))
+    a = (1 - level) / 2
+    if stat is None:
+        flat = x.reshape(x.shape[0], -1).mean(1)
+        sums = np.bincount(inv, weights=flat, minlength=k)
+        sizes = np.bincount(inv, minlength=k).astype(np.float64)
+        boots = sums[draw].sum(1) / sizes[draw].sum(1)
+        est = float(flat.mean())
+    else:
+        members = [np.flatnonzero(inv == c) for c in range(k)]
+        boots = np.array([stat(x[np.concatenate([members[c] for c in row])]) for row in draw])
+        est = float(stat(x))
+    boots = boots[np.isfinite(boots)]
+    if boots.size == 0:
+        return est, float("nan"), float("nan"), int(k)
+    return est, float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a)), int(k)
+
+
+def holm_adjust(p) -> np.ndarray:
+    """Holm-Bonferroni adjusted p-values (family-wise, any dependence) of a p-value array (any shape); NaNs stay
+    NaN and do not count as tests."""
+    flat = np.asarray(p, dtype=float).ravel()
+    out = np.full(flat.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(flat))
+    m = ok.size
+    if m:
+        order = ok[np.argsort(flat[ok], kind="stable")]
+        adj = np.maximum.accumulate(flat[order] * (m - np.arange(m)))
+        out[order] = np.minimum(adj, 1.0)
+    return out.reshape(np.shape(p))
 
 
 def t_interval(values, *, level: float = 0.95) -> tuple[float, float, float]:

@@ -424,6 +424,11 @@ class LoadedRun:
             raise self._missing("result", name, self.result_names)
         return Result.load_any(self.path / name)
 
+    def validity(self):
+        """The run's `ValidityReport` (verdicts and the checks behind them), or None for a run saved without one."""
+        name = "validity"  # interplab.probes.validity.VALIDITY_RESULT (results sit below probes)
+        return self.result(name) if name in self.result_names else None
+
     def figure(self, name: str):
         p = self.path / "figures" / f"{name}.plotly.json"
         if not p.exists():

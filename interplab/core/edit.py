@@ -216,6 +216,15 @@ class Edit:
             return edited
         return torch.where(broadcast_mask(mask, x, site), edited, x)
 
+    @property
+    def effective_phases(self) -> tuple[str, ...]:
+        """The phases this edit actually touches: `phases` narrowed by what `positions` can select ("decode"
+        positions exist only while decoding, "prompt" / "last_prompt" ones only in the prefill). Reprs print
+        this, so `Steer(..., positions="decode")` says it runs while decoding only."""
+        implied = {"decode": ("decode",), "prompt": ("prefill",), "last_prompt": ("prefill",)}
+        only = implied.get(self.positions) if isinstance(self.positions, str) else None
+        return tuple(p for p in self.phases if only is None or p in only)
+
     def _validate_phases(self) -> None:
         bad = [p for p in self.phases if p not in PHASES]
         if bad or not self.phases:

@@ -51,6 +51,12 @@ class RemoteError(InterplabError):
     cannot be shipped as plain torch operations, or an option the remote path does not support."""
 
 
+class ChatTemplateNotice(UserWarning):
+    """A plain string became a user turn of the model's chat template (its default for chat models): shown once
+    per model, naming the template's text around the turn (e.g. a default system prompt). `out.prompts` shows
+    what every row became; pass chat=False for raw text."""
+
+
 class UnknownTokenWarning(UserWarning):
     """A prompt contains text the tokenizer maps to its unknown token (e.g. `<unk>`): the model sees a token it was
     never trained to read. The message names the unknown pieces."""

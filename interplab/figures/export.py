@@ -108,6 +108,8 @@ class _Renderer:
     def _start(self, browser_path: str) -> None:
         import kaleido
 
+        _quiet_browser_channel()
+
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="interplab-kaleido", daemon=True)
         thread.start()
@@ -166,6 +168,23 @@ class _Renderer:
 
 _RENDERER = _Renderer()
 atexit.register(_RENDERER.stop)
+
+
+class _DropBenignJSONError:
+    """choreographer logs a traceback ("JSONError decoding message. Ignoring") when Chromium's pipe splits a
+    message, then recovers and the export succeeds; the traceback on a successful export read as a failure."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        return not str(record.msg).startswith("JSONError decoding message")
+
+
+def _quiet_browser_channel() -> None:
+    import logging
+
+    log = logging.getLogger("choreographer.channels.pipe")
+    if not any(isinstance(f, _DropBenignJSONError) for f in log.filters):
+        log.addFilter(_DropBenignJSONError())
 
 
 def shutdown_renderer() -> None:
@@ -252,10 +271,10 @@ def export(fig, path, *, width: int | None = None, height: int | None = None, sc
         data = to_html(fig, width=width, height=height, plotlyjs=js).encode("utf-8")
     else:
         data = render(fig, fmt, width=width, height=height, scale=PUBLICATION_SCALE if scale is None else scale)
-    if metadata is not None:
-        from interplab.figures.metadata import embed_metadata
+    from interplab.figures.metadata import embed_metadata, figure_metadata
 
-        data = embed_metadata(data, fmt, metadata)
+    # every exported file says what made it: the interplab version at least, plus what the caller adds
+    data = embed_metadata(data, fmt, {**figure_metadata(), **(metadata or {})})
     return write_bytes(path, data)
 
 

@@ -53,11 +53,18 @@ def _plain(cfg: Any) -> Any:
     return json.loads(json.dumps(cfg, default=str))
 
 
+def _software(meta: dict) -> str:
+    """The producer tag: the version the metadata names, else this installation's (never an empty version)."""
+    import interplab
+
+    return f"interplab {meta.get('interplab_version') or interplab.__version__}"
+
+
 def embed_metadata(data: bytes, fmt: str, meta: dict) -> bytes:
     """`data` (a rendered figure in `fmt`) with `meta` written into it."""
     text = json.dumps(meta, sort_keys=True)
     if fmt == "png":
-        return _png(data, {"Software": f"interplab {meta.get('interplab_version', '')}", KEY: text})
+        return _png(data, {"Software": _software(meta), KEY: text})
     if fmt == "svg":
         return _svg(data.decode("utf-8"), text).encode("utf-8")
     if fmt == "pdf":
@@ -128,7 +135,7 @@ def _pdf(data: bytes, meta: dict, text: str) -> bytes:
         raise ValueError("cannot find the PDF trailer's /Size and /Root")
     size, root = int(size_m.group(1)), root_m.group(1)
     keywords = " ".join(f"{k}={v}" for k, v in meta.items() if k != "config")
-    info = (b"<< /Producer " + _pdf_str(f"interplab {meta.get('interplab_version', '')}") +
+    info = (b"<< /Producer " + _pdf_str(_software(meta)) +
             b" /Subject " + _pdf_str(text) + b" /Keywords " + _pdf_str(keywords) +
             b" /Title " + _pdf_str(str(meta.get("figure", ""))) + b" >>")
     body = data if data.endswith(b"\n") else data + b"\n"

@@ -233,12 +233,14 @@ def legend_below(fig, *, rows: int = 1):
     return fig
 
 
-def explain_nan_cells(fig, reason: str, *, trace: int = 0, fmt: str = ".2f"):
+def explain_nan_cells(fig, reason: str, *, trace: int = 0, fmt: str = ".2f", values: bool = True):
     """Write 'n/a' into every NaN cell of heatmap `trace` (with `reason` on hover) and a note under the plot, so
-    a blank cell never looks like a missing value by accident."""
+    a blank cell never looks like a missing value by accident. values=False leaves the other cells blank (a map
+    too dense for printed values)."""
     tr = fig.data[trace]
     z = np.asarray(tr.z, dtype=float)
-    text = np.where(np.isnan(z), NA_TEXT, np.vectorize(lambda v: format(v, fmt))(np.nan_to_num(z)))
+    shown = np.vectorize(lambda v: format(v, fmt))(np.nan_to_num(z)) if values else np.full(z.shape, "")
+    text = np.where(np.isnan(z), NA_TEXT, shown)
     hover = np.where(np.isnan(z), reason, "")
     tr.update(text=text, texttemplate="%{text}", hovertext=hover)
     if np.isnan(z).any():

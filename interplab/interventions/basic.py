@@ -78,7 +78,7 @@ class Steer(Edit):
 
     def __repr__(self):
         return (f"Steer(site={self.sites[0]!r}, vector={_vec_repr(self.vector)}, positions={self.positions!r}, "
-                f"scale={self.scale}, phases={self.phases})")
+                f"scale={self.scale}, phases={self.effective_phases})")
 
 
 class Ablate(Edit):

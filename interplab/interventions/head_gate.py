@@ -218,7 +218,7 @@ class HeadGate(Edit):
     def __repr__(self):
         s = gate_summary(self.gates)
         return (f"HeadGate(gates[{self.n_layers}x{self.n_heads}] min={s['gate_min']:.3f} max={s['gate_max']:.3f}, "
-                f"site={self.site!r}, phases={self.phases})")
+                f"site={self.site!r}, phases={self.effective_phases})")
 
 
 class RandomHeadGate(HeadGate):

@@ -41,7 +41,7 @@ class StaticLogitBias(Edit):
     def __repr__(self) -> str:
         nz = int((self.delta != 0).sum())
         return (f"StaticLogitBias(alpha={self.alpha:g}, vocab={self.delta.numel()}, nonzero={nz}, "
-                f"positions={self.positions!r}, phases={self.phases})")
+                f"positions={self.positions!r}, phases={self.effective_phases})")
 
     def validate(self, shape: ModelShape) -> None:
         if self.delta.numel() != shape.d_vocab:

@@ -10,11 +10,11 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from interplab.core.errors import InputError, RemoteError, UnknownTokenWarning
+from interplab.core.errors import ChatTemplateNotice, InputError, RemoteError, UnknownTokenWarning
 from interplab.core.edit import Edit, ModelShape, StepContext
 from interplab.models import weights
 from interplab.models.backends.base import ForwardRequest
-from interplab.models.inputs import Batch, to_batch_checked
+from interplab.models.inputs import Batch, prompt_mode, to_batch_checked
 from interplab.models.outputs import Cache, GenerateOutput, RunOutput
 from interplab.core.sites import Site, parse_site, parse_sites, valid_sites
 
@@ -61,6 +61,7 @@ class LabModel:
         # A template alone proves nothing (toy-base, text-base, random test checkpoints and many hub base models
         # carry one), so elsewhere strings stay raw text as in transformers; assign True to opt in.
         self.chat_default = self.is_chat and trained_prompt_format(path) == "chat"
+        self._template_noticed = False   # the ChatTemplateNotice is shown once per model
 
     @property
     def backend(self) -> str:
@@ -139,6 +140,9 @@ class LabModel:
                                           chat=self._chat(chat))
         if unknown and warn_unknown:
             warnings.warn(unknown_token_message(self.name, unknown), UnknownTokenWarning, stacklevel=3)
+        if chat is None and not self._template_noticed and self._templates_a_string(inputs):
+            self._template_noticed = True
+            warnings.warn(template_notice(self), ChatTemplateNotice, stacklevel=3)
         if batch.input_ids.shape[1] > self.n_ctx:
             raise InputError(f"prompt of {batch.input_ids.shape[1]} tokens is longer than the model's context of "
                              f"{self.n_ctx} tokens; truncate it")
@@ -149,6 +153,42 @@ class LabModel:
     def unknown_tokens(self, inputs: Any, *, chat: bool | None = None) -> list[str]:
         """The pieces of `inputs` (as `tokenize` would read them) that the tokenizer maps to its unknown token."""
         return to_batch_checked(inputs, self.tokenizer, chat=self._chat(chat))[1]
+
+    def _templates_a_string(self, inputs: Any) -> bool:
+        """Whether the chat=None reading of `inputs` wraps some plain string in the chat template."""
+        if self._chat(None) == "text":
+            return False
+        strings = [inputs] if isinstance(inputs, str) else (
+            [x for x in inputs if isinstance(x, str)] if isinstance(inputs, (list, tuple)) else [])
+        return any(prompt_mode(x, self.tokenizer, None) == "template" for x in strings)
+
+    def to_str_tokens(self, inputs: Any, *, chat: bool | None = None) -> list[str] | list[list[str]]:
+        """The tokens the model reads for `inputs` (as `run` would tokenize them, template included), each decoded
+        to its text (' Paris', not 'ĠParis'); a list of token ids is decoded as is. One prompt -> a list of
+        strings; several -> a list per prompt."""
+        if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(t, int) for t in inputs):
+            return [self.tokenizer.decode([t]) for t in inputs]
+        batch = self.tokenize(inputs, chat=chat)
+        rows = [[self.tokenizer.decode([t]) for t in batch.row_tokens(i)] for i in range(batch.shape[0])]
+        return rows[0] if isinstance(inputs, str) else rows
+
+    def token_id(self, token) -> int:
+        """A token given as an int id or as a string that tokenizes to exactly one token (a leading-space variant
+        is tried too, for BPE vocabularies): the id that `interplab.models.metrics` and the lenses take."""
+        if isinstance(token, int) or (hasattr(token, "item") and not isinstance(token, str)):
+            t = int(token)
+            if not 0 <= t < self.d_vocab:
+                raise InputError(f"token id {t} is outside the vocabulary [0, {self.d_vocab})")
+            return t
+        if not isinstance(token, str) or not token:
+            raise InputError(f"a token must be an int id or a non-empty string, got {token!r}")
+        for cand in (token, " " + token.lstrip()):
+            ids = self.tokenizer(cand, add_special_tokens=False)["input_ids"]
+            if len(ids) == 1:
+                return int(ids[0])
+        pieces = self.tokenizer.convert_ids_to_tokens(self.tokenizer(token, add_special_tokens=False)["input_ids"])
+        raise InputError(f"{token!r} is not a single token of {self.name}'s tokenizer (it is {pieces}); pass a "
+                         "token id, or compare the first token of each answer")
 
     def _chat(self, chat: bool | None) -> bool | None:
         """chat=None means "the model's default": template rules on a chat model, plain text otherwise."""
@@ -258,20 +298,27 @@ class LabModel:
         req = ForwardRequest(batch.input_ids, batch.attention_mask, batch.position_ids, ctx, sites, edit_map,
                              need_logits=logits, grad=grad, logits_to_keep=int(logits_last or 0))
         res = self._forward(req)
-        return RunOutput(res.logits, Cache(self._out(res.captures), batch), batch)
+        return RunOutput(res.logits, Cache(self._out(res.captures), batch), batch, tokenizer=self.tokenizer)
 
     @torch.no_grad()
     def generate(self, inputs: Any, max_new_tokens: int = 16, edits: Sequence[Edit] | None = None,
-                 capture: Sequence[str] | str = (), *, greedy: bool = True, temperature: float = 1.0,
+                 capture: Sequence[str] | str = (), *, greedy: bool = True, temperature: float | None = None,
                  seed: int | None = None, stop_at_eos: bool = True, use_cache: bool = True,
                  return_logits: bool = True, chat: bool | None = None) -> GenerateOutput:
         """Generate with the KV cache (use_cache=False recomputes the whole sequence each step: the reference).
         `inputs` and `chat` as in `tokenize` (chat models read plain strings as user turns unless chat=False).
 
         Every edit sees an explicit StepContext; captures of the prompt forward go to `prefill_cache`, captures of
-        each decode forward to `decode_cache[site]` as [b, n_steps, ...] (the state of the token fed at that step)."""
+        each decode forward to `decode_cache[site]` as [b, n_steps, ...] (the state of the token fed at that step).
+        Greedy by default; `temperature` applies only with greedy=False (set under greedy it raises, since it would
+        change nothing)."""
         if max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if greedy and temperature not in (None, 1.0):
+            # a setting with no effect is refused, not ignored: under greedy decoding the argmax decides
+            raise InputError(f"temperature={temperature} has no effect under greedy decoding (greedy=True is the "
+                             "default); pass greedy=False to sample at that temperature")
+        temperature = 1.0 if temperature is None else float(temperature)
         if not greedy and temperature <= 0:
             raise InputError("sampling needs temperature > 0 (or greedy=True)")
         batch = self.tokenize(inputs, chat=chat)
@@ -367,7 +414,8 @@ class LabModel:
         decode_active = torch.stack(actives, 1) if actives else torch.zeros(b, 0, dtype=torch.bool)
         return GenerateOutput(tokens=tokens, new_tokens=new_lists, text=text, batch=batch,
                               prefill_cache=prefill_cache, decode_cache=decode_cache, decode_active=decode_active,
-                              step_logits=torch.stack(logit_steps, 1) if logit_steps else None)
+                              step_logits=torch.stack(logit_steps, 1) if logit_steps else None,
+                              tokenizer=self.tokenizer)
 
     def _generate_remote(self, batch, sites, edit_map, max_new_tokens, *, greedy, temperature, seed, stop_at_eos,
                          use_cache, return_logits) -> GenerateOutput:
@@ -417,6 +465,18 @@ def trained_prompt_format(path: str | None) -> str | None:
         return ((card.get("recipe") or {}).get("data") or {}).get("format") or "text"
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def template_notice(model) -> str:
+    """What a plain string became on `model`: the template's text before and after one user turn."""
+    mark = "\x00USER\x00"
+    text = model.tokenizer.apply_chat_template([{"role": "user", "content": mark}], add_generation_prompt=True,
+                                               tokenize=False)
+    before, _, after = text.partition(mark)
+    return (f"{model.name}: plain strings are user turns of its chat template (the default for a chat model). "
+            f"Each prompt is rendered as {before!r} + your text + {after!r}; anything before the user turn (e.g. a "
+            "default system prompt) changes activations. `out.prompts` shows every rendered prompt; pass "
+            "chat=False for raw text, or a list of messages to set the turns yourself. (Shown once per model.)")
 
 
 def unknown_token_message(model_name: str, unknown: list[str]) -> str:

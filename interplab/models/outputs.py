@@ -2,27 +2,66 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 
-from interplab.core.errors import SiteError
+from interplab.core.errors import InputError, SiteError
 from interplab.models.inputs import Batch
 
 
+def _query_axis(site: str) -> int:
+    """The axis of a capture that indexes token positions (query positions for [b, h, q, k] attention maps)."""
+    return 2 if site.startswith(("attn_pattern", "attn_scores")) else 1
+
+
 class Cache(Mapping[str, torch.Tensor]):
-    """Captured activations of one forward, keyed by canonical site name, plus the batch they came from."""
+    """Captured activations of one forward, keyed by canonical site name, plus the batch they came from.
+
+    Padding first: batches are left-padded, and `cache[site]` holds 0 at every padding position (for attention
+    maps, padding query rows): what a model computes there is meaningless and can be huge (a norm of 26,000 on
+    SmolLM2), so it never enters a sum, norm or max by accident. A plain `.mean(1)` still counts the zeros: use
+    `mean(site)` (over real tokens), `last`, `at`, `by_position` or `real_tokens`. `raw(site)` is the tensor as the
+    forward produced it."""
 
     def __init__(self, tensors: dict[str, torch.Tensor], batch: Batch):
         self._t = tensors
         self.batch = batch
+        self._masked: dict[str, torch.Tensor] = {}
 
-    def __getitem__(self, site: str) -> torch.Tensor:
+    def raw(self, site: str) -> torch.Tensor:
+        """The capture as computed, padding positions included (they are not meaningful)."""
         try:
             return self._t[site]
         except KeyError:
             raise SiteError(f"site {site!r} was not captured; captured sites: {sorted(self._t)}. "
                             "Pass it in capture=[...]") from None
+
+    def __getitem__(self, site: str) -> torch.Tensor:
+        x = self.raw(site)
+        real = self.batch.attention_mask.bool()
+        if bool(real.all()) or not x.is_floating_point():
+            return x
+        if site not in self._masked:
+            axis = _query_axis(site)
+            shape = [1] * x.ndim
+            shape[0], shape[axis] = real.shape
+            keep = real.to(x.device).reshape(shape)
+            self._masked[site] = torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+        return self._masked[site]
+
+    @property
+    def real_mask(self) -> torch.Tensor:
+        """[b, p] bool: True at real tokens, False at left padding."""
+        return self.batch.attention_mask.bool()
+
+    def mean(self, site: str) -> torch.Tensor:
+        """The mean over each row's real tokens: [b, ...] (not for attention maps)."""
+        if _query_axis(site) != 1:
+            raise SiteError(f"mean({site!r}): average an attention map's rows yourself (query x key)")
+        x = self[site]
+        m = self.real_mask.to(x.device)
+        return x.sum(1) / m.sum(1).reshape(-1, *([1] * (x.ndim - 2))).to(x.dtype)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._t)
@@ -36,26 +75,26 @@ class Cache(Mapping[str, torch.Tensor]):
 
     def last(self, site: str) -> torch.Tensor:
         """The activation at each row's last real token: [b, ...] (for attn_pattern, the last query row [b, h, k])."""
-        x = self[site]
-        if site.startswith("attn_pattern"):
+        x = self.raw(site)
+        if site.startswith(("attn_pattern", "attn_scores")):
             return x[:, :, -1]
         return x[:, -1]  # left padding: the last column is every row's last real token
 
     def at(self, site: str, positions) -> torch.Tensor:
         """Gather per-row absolute positions: positions [b] -> [b, ...]."""
-        x = self[site]
+        x = self.raw(site)
         pos = torch.as_tensor(positions, device=x.device).long()
         width = self.batch.input_ids.shape[1]
         cols = width - self.batch.lengths.to(x.device) + pos
-        if site.startswith("attn_pattern"):
+        if site.startswith(("attn_pattern", "attn_scores")):
             return x[torch.arange(x.shape[0]), :, cols]
         return x[torch.arange(x.shape[0]), cols]
 
     def by_position(self, site: str) -> torch.Tensor:
         """Re-index a left-padded capture by absolute position: [b, max_len, ...], zero beyond each row's length."""
-        x = self[site]
-        if site.startswith("attn_pattern"):
-            raise SiteError("by_position is not defined for attn_pattern")
+        x = self.raw(site)
+        if _query_axis(site) != 1:
+            raise SiteError(f"by_position is not defined for {site} (an attention map)")
         lengths = self.batch.lengths.to(x.device)
         width = x.shape[1]
         max_len = int(lengths.max())
@@ -67,8 +106,14 @@ class Cache(Mapping[str, torch.Tensor]):
 
     def real_tokens(self, site: str) -> torch.Tensor:
         """All real (non-padding) token activations flattened: [n_real, ...]."""
-        x = self[site]
+        x = self.raw(site)
         return x[self.batch.attention_mask.bool().to(x.device)]
+
+
+def _rendered(batch: Batch, tokenizer) -> list[str]:
+    if tokenizer is None:
+        raise InputError("this output was built without its tokenizer; decode out.batch.row_tokens(i) yourself")
+    return [tokenizer.decode(batch.row_tokens(i)) for i in range(batch.shape[0])]
 
 
 @dataclass
@@ -76,6 +121,12 @@ class RunOutput:
     logits: torch.Tensor | None
     cache: Cache
     batch: Batch
+    tokenizer: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def prompts(self) -> list[str]:
+        """What each row's tokens decode to: the prompt as the model read it (chat template included)."""
+        return _rendered(self.batch, self.tokenizer)
 
 
 @dataclass
@@ -88,6 +139,12 @@ class GenerateOutput:
     decode_cache: dict[str, torch.Tensor] = field(default_factory=dict)  # site -> [b, n_steps, ...]
     decode_active: torch.Tensor | None = None  # [b, n_steps] bool
     step_logits: torch.Tensor | None = None  # [b, n_new, V]
+    tokenizer: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def prompts(self) -> list[str]:
+        """What each prompt row decodes to: the prompt as the model read it (chat template included)."""
+        return _rendered(self.batch, self.tokenizer)
 
     def decode_states(self, site: str) -> torch.Tensor:
         """States of `site` at every decode step of rows still generating, flattened: [n_active_steps, ...]."""

@@ -56,9 +56,7 @@ def concept_acts_by_layer(model, texts: Sequence, *, layers: Sequence[int], posi
                 if position == "last":
                     a = res.cache.last(name)
                 else:
-                    x = res.cache[name]
-                    m = res.batch.attention_mask.to(x.device, x.dtype)[..., None]
-                    a = (x * m).sum(1) / m.sum(1)
+                    a = res.cache.mean(name)
                 out[L].append(a.detach().float().cpu().numpy().astype(np.float64))
     return {L: np.concatenate(v, 0) for L, v in out.items()}
 

@@ -77,7 +77,8 @@ def steer_generate(model, prompts: Sequence, vectors, *, site: str, positions="a
         chunk = V[i: i + max_rows].to(model.device)
         edit = Steer(site, chunk, positions=positions)
         out = model.generate(prompts[i: i + max_rows], max_new_tokens=max_new_tokens, edits=[edit], greedy=greedy,
-                             temperature=temperature, seed=seed, return_logits=False, chat=False)
+                             temperature=None if greedy else temperature, seed=seed, return_logits=False,
+                             chat=False)
         texts.extend(truncate_at(out.text, stops))
         calls += 1
         if progress is not None:

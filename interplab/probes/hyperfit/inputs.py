@@ -120,7 +120,7 @@ def generate_continuations(model, prompts: list[list[int]], *, max_new_tokens: i
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i:i + batch_size]
         g = model.generate(chunk, max_new_tokens=max_new_tokens, edits=edits, greedy=greedy,
-                           temperature=temperature, seed=None if seed is None else seed + i,
+                           temperature=None if greedy else temperature, seed=None if seed is None else seed + i,
                            stop_at_eos=not pin_length, return_logits=False)
         toks.extend(g.new_tokens)
         texts.extend(g.text)

@@ -30,20 +30,8 @@ def logit_diff_metric(answer: int, wrong: int | None = None) -> Metric:
 
 
 def token_id(model, token) -> int:
-    """A token given as an int id or as a string that tokenizes to exactly one token (a leading-space variant is
-    tried too, for BPE vocabularies)."""
-    if isinstance(token, (int,)) or (hasattr(token, "item") and not isinstance(token, str)):
-        t = int(token)
-        if not 0 <= t < model.d_vocab:
-            raise InputError(f"token id {t} is outside the vocabulary [0, {model.d_vocab})")
-        return t
-    if not isinstance(token, str) or not token:
-        raise InputError(f"a token must be an int id or a non-empty string, got {token!r}")
-    for cand in (token, " " + token.lstrip()):
-        ids = model.tokenizer(cand, add_special_tokens=False)["input_ids"]
-        if len(ids) == 1:
-            return int(ids[0])
-    raise InputError(f"{token!r} is not a single token of {model.name}'s tokenizer; pass a token id instead")
+    """`LabModel.token_id`: an int id, or a string that is one token (a leading-space variant tried too)."""
+    return model.token_id(token)
 
 
 def token_strings(model, ids: Sequence[int]) -> list[str]:

@@ -5,7 +5,8 @@ from interplab.models.metrics import (  # noqa: F401
     answer_rank,
     logit_diff,
     position_logits,
+    reply_loss,
     token_loss,
 )
 
-__all__ = ["token_loss", "logit_diff", "answer_prob", "answer_rank", "position_logits"]
+__all__ = ["token_loss", "logit_diff", "answer_prob", "answer_rank", "position_logits", "reply_loss"]

@@ -17,7 +17,7 @@ import torch
 
 from interplab.core.errors import InputError, ShapeError
 
-__all__ = ["token_loss", "logit_diff", "answer_prob", "answer_rank", "position_logits"]
+__all__ = ["token_loss", "logit_diff", "answer_prob", "answer_rank", "position_logits", "reply_loss"]
 
 
 
@@ -124,3 +124,30 @@ def answer_rank(logits, answer, *, position=-1, attention_mask=None) -> torch.Te
     a = _ids(answer, x.shape[0], x.device)
     own = x[torch.arange(x.shape[0], device=x.device), a]
     return (x > own[:, None]).sum(-1)
+
+
+def reply_loss(model, gen, *, edits=None, reduce: str = "mean") -> torch.Tensor:
+    """NLL of each generated reply under `model` given its prompt (default: the unedited model, the usual
+    fluency read-out of a steered reply): [b] mean per reply token (reduce='mean'), or [b] sums ('sum').
+    gen: a `GenerateOutput`; the reply is each row's new tokens up to and including its stop token. An empty
+    reply gives NaN. The prompt's own tokens are never scored."""
+    if reduce not in ("mean", "sum"):
+        raise InputError(f"reduce must be 'mean' or 'sum', got {reduce!r}")
+    rows, starts = [], []
+    for i, new in enumerate(gen.new_tokens):
+        prompt = gen.batch.row_tokens(i)
+        rows.append(prompt + list(new))
+        starts.append(len(prompt))
+    with torch.no_grad():
+        out = model.run(rows, edits=edits)
+    width = out.batch.input_ids.shape[1]
+    lengths = out.batch.lengths.to(out.logits.device)
+    pos = torch.arange(width, device=out.logits.device)[None] - (width - lengths[:, None])   # real-token index
+    mask = pos >= torch.as_tensor(starts, device=pos.device)[:, None]
+    nll = token_loss(out, mask=mask)
+    kept = ~torch.isnan(nll)
+    total = torch.where(kept, nll, torch.zeros_like(nll)).sum(1)
+    n = kept.sum(1)
+    if reduce == "sum":
+        return torch.where(n > 0, total, torch.full_like(total, float("nan")))
+    return total / n.clamp_min(1) + torch.where(n > 0, 0.0, float("nan"))

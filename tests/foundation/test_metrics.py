@@ -58,3 +58,17 @@ def test_positions_and_answer_metrics(base):
         logit_diff(out, [a, a, a], b)
     with pytest.raises(InputError, match="logits=False"):
         token_loss(base.run(PROMPTS, capture=["resid_post.0"], logits=False))
+
+
+def test_reply_loss_scores_only_the_reply(base):
+    from interplab.metrics import reply_loss
+
+    gen = base.generate(PROMPTS, max_new_tokens=4)
+    got = reply_loss(base, gen)
+    for i, p in enumerate(PROMPTS):
+        prompt = gen.batch.row_tokens(i)
+        full = prompt + list(gen.new_tokens[i])
+        out = base.run([full])
+        ref = torch.nn.functional.cross_entropy(out.logits[0, :-1].float(), torch.tensor(full[1:]),
+                                                reduction="none")[len(prompt) - 1:]
+        torch.testing.assert_close(got[i], ref.mean(), atol=1e-4, rtol=1e-4)

@@ -55,13 +55,25 @@ class Cache(Mapping[str, torch.Tensor]):
         """[b, p] bool: True at real tokens, False at left padding."""
         return self.batch.attention_mask.bool()
 
-    def mean(self, site: str) -> torch.Tensor:
-        """The mean over each row's real tokens: [b, ...] (not for attention maps)."""
+    def real_positions(self, skip_first: int = 0) -> torch.Tensor:
+        """[b, p] bool: each row's real tokens from its `skip_first`-th on (skip_first=1 leaves out the first
+        token, where real models park a huge attention-sink activation)."""
+        real = self.real_mask
+        if skip_first:
+            idx = torch.cumsum(real.long(), 1) - 1            # real-token index of each column
+            real = real & (idx >= skip_first)
+        return real
+
+    def mean(self, site: str, skip_first: int = 0) -> torch.Tensor:
+        """The mean over each row's real tokens (from its `skip_first`-th): [b, ...] (not for attention maps)."""
         if _query_axis(site) != 1:
             raise SiteError(f"mean({site!r}): average an attention map's rows yourself (query x key)")
         x = self[site]
-        m = self.real_mask.to(x.device)
-        return x.sum(1) / m.sum(1).reshape(-1, *([1] * (x.ndim - 2))).to(x.dtype)
+        m = self.real_positions(skip_first).to(x.device)
+        if bool((m.sum(1) == 0).any()):
+            raise InputError(f"mean({site!r}, skip_first={skip_first}): some row has no token left to average")
+        m = m.reshape(*m.shape, *([1] * (x.ndim - 2)))
+        return torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(1) / m.sum(1).to(x.dtype)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._t)

@@ -79,3 +79,13 @@ def test_token_helpers(chat):
         chat.token_id("s1 s2")
     toks = chat.to_str_tokens("s1 s2 sep", chat=False)
     assert len(toks) == chat.tokenize("s1 s2 sep", chat=False).shape[1]
+
+
+def test_mean_can_skip_the_first_token(chat):
+    out = chat.run(["s1 s2 s3 s4 sep", "s1 s2 sep"], capture=["resid_post.1"], chat=False)
+    raw = out.cache.raw("resid_post.1")
+    real = out.cache.real_mask
+    want = torch.stack([raw[i][real[i]][1:].mean(0) for i in range(2)])
+    torch.testing.assert_close(out.cache.mean("resid_post.1", skip_first=1), want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(InputError, match="no token left"):
+        out.cache.mean("resid_post.1", skip_first=10)

@@ -118,3 +118,12 @@ def test_pcfg_verdicts_experiment_reproduces_the_committed_report(tmp_path):
     fresh = load_run(path).validity()
     old = ValidityReport.load(committed[0])
     assert fresh.markdown() == old.markdown()
+
+
+def test_docs_claim_table_equals_the_committed_verdicts():
+    from tests.real_model_docs import assert_claim_table, doc_section
+
+    run = ROOT / "results" / "pcfg-verdicts" / "sweep-and-sib-seeds"
+    section = doc_section("pcfg.md", "## Verdicts (issue 46)")
+    assert_claim_table(section, run)
+    assert "interplab run pcfg-verdicts --set sweep_run=results/pcfg-depth-sweep" in section

@@ -72,10 +72,11 @@ def position_masks(token_ids: torch.Tensor, acts: torch.Tensor, *, ignore_ids: S
 
 
 class ConventionEval(Record):
-    """`evaluate_conventions`: per convention c (suffix ``_<c>``): n_positions (tokens whose activation is scored),
-    mse_sum_d (per-token squared error summed over the hidden dimension, averaged over those tokens: SAELens's `mse`
-    formula), explained_variance, n_predictions, ce_clean, ce_sae, ce_zero_ablation, delta_loss_pct,
-    ce_loss_score, kl_sae; plus n_sequences, site, exclude_massive and ignore_ids (SAELens's special ids used)."""
+    """`evaluate_conventions`: per convention c (suffix ``_<c>``): n_positions (positions spliced, whose
+    reconstruction error counts), mse_sum_d (per-token squared error summed over the hidden dimension, averaged over
+    those positions: SAELens's `mse` formula), explained_variance, n_predictions (next-token predictions scored),
+    ce_clean, ce_sae, ce_zero_ablation, delta_loss_pct, ce_loss_score, kl_sae; plus n_sequences, site,
+    exclude_massive and ignore_ids (SAELens's special ids used)."""
 
     KEYS = ("n_sequences", "site", "exclude_massive", "ignore_ids") + tuple(
         f"{k}_{c}" for c in CONVENTIONS for k in ("n_positions", "mse_sum_d", "explained_variance", "n_predictions",

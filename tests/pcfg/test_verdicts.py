@@ -127,3 +127,17 @@ def test_docs_claim_table_equals_the_committed_verdicts():
     section = doc_section("pcfg.md", "## Verdicts (issue 46)")
     assert_claim_table(section, run)
     assert "interplab run pcfg-verdicts --set sweep_run=results/pcfg-depth-sweep" in section
+
+
+def test_readme_quotes_the_committed_verdicts():
+    from tests.real_model_docs import validity_report
+
+    rep = validity_report(ROOT / "results" / "pcfg-verdicts" / "sweep-and-sib-seeds")
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    out = {("match" if "match the grammar" in c else "probe" if "untrained" in c else "inside" if "inside" in c
+            else "span" if "span_posterior" in c else "mirror"): o for c, o in rep.outcomes.items()}
+    assert out == {"match": "reproduced", "span": "reproduced", "probe": "inconclusive", "inside": "inconclusive",
+                   "mirror": "not reproduced"}
+    for q in ("Holm p 0.053", "Holm p 0.052"):
+        assert q in " ".join(rep.verdicts["measured"]) and q in readme, q
+    assert "`pcfg-verdicts`" in readme

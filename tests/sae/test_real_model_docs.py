@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.real_model_docs import ROOT, doc_section, run_dir
+from tests.real_model_docs import ROOT, doc_section, run_dir, validity_report
 PARETO = ("sae-pareto", "topk32-2seeds")
 STEER = ("sae-steer-sweep", "fast-seed0-im_start")
 STEER_NULL = ("sae-steer-sweep", "fast-seed0-random-feature")   # the null: a random live feature
@@ -269,8 +269,17 @@ def test_readme_quotes_equal_the_outputs():
     n = clean_numbers()
     packed = pd.read_csv(run_dir(*PARETO) / "tables" / "matched_l0.csv")
     r = packed[(packed["eval"] == "packed") & (packed["method"] == "BT(F)")].iloc[0]
-    quotes = [n[f"log2 MSE_st fast {m}"] for m in METHODS] + [n[f"delta_loss range fast {m}"] for m in METHODS[:2]]
+    quotes = [n[f"log2 MSE_st fast {m}"] for m in METHODS]
     quotes.append(ci(r["fast_minus_log2_mse_mean"], r["fast_minus_log2_mse_lo"], r["fast_minus_log2_mse_hi"], "+.3f"))
+    conv = pd.read_csv(run_dir(*EVAL) / "tables" / "conventions.csv").set_index("convention")
+    met = pd.read_csv(run_dir(*EVAL) / "tables" / "metrics.csv").iloc[0]
+    ref = json.loads((run_dir(*EVAL) / "json" / "saelens_run_evals.json").read_text())
+    quotes += [f"{met['delta_loss_pct_response']:.2f} %", f"{ref['mse']:.1f}", f"{ref['ce_loss_score']:.5f}"]
+    quotes += [f"{conv.loc[c, 'delta_loss_pct']:.2f} %" for c in CONVENTION_NAMES]
+    outcomes = validity_report(run_dir(*VERDICTS)).outcomes | validity_report(run_dir(*EVAL)).outcomes
+    # the README quotes a verdict only as the committed reports give it
+    assert set(outcomes.values()) == {"inconclusive", "not reproduced", "reproduced"}
+    quotes += ["**inconclusive**", "**does not reproduce**"]
     flat = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert "sae-pareto-smollm2" in flat
     missing = [q for q in quotes if q not in flat]

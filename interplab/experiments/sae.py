@@ -128,6 +128,15 @@ def sae_steer_sweep(cfg: SteerSweepConfig, run) -> None:
     run.save_json("summary", {"feature": res.feature, "mean_residual_norm": res.mean_norm, "sae_dir": cfg.sae_dir,
                               "site": site, "steering_unit": res.scale, "ranked_on": res.ranked_on,
                               "prompts": res.prompts})
+    if cfg.feature == -1:   # the top feature judges its own sweet spot; the feature effect needs the null run
+        from interplab.experiments.sae_verdicts import steering_verdicts
+        from interplab.probes.validity import VALIDITY_RESULT, ValidityReport
+
+        ids = lambda xs: [f"eval dialogue {i}" for i in xs]   # noqa: E731 - as sae-verdicts names them
+        verdicts = steering_verdicts(res.table, None, ranked_on=ids(res.ranked_on), prompts=ids(res.prompts),
+                                     feature=res.feature)
+        if verdicts:
+            run.save_result(VALIDITY_RESULT, ValidityReport.of(verdicts))
 
 
 STEER_METRICS = ("target_activation", "answer_kept", "exact_match", "distinct_ratio", "repeated_3gram_frac",

@@ -197,20 +197,28 @@ def _testable(top: pd.DataFrame, null: pd.DataFrame | None) -> list[float]:
     return out
 
 
-def steering_verdicts(top: pd.DataFrame, null: pd.DataFrame, *, ranked_on: Sequence, prompts: Sequence,
+def steering_verdicts(top: pd.DataFrame, null: pd.DataFrame | None, *, ranked_on: Sequence, prompts: Sequence,
                       n_null_features: int = 1, feature: int | None = None,
                       null_feature: int | None = None) -> list[Verdict]:
     """top / null: the `steering` tables of the top <|im_start|> feature and of the random live feature (columns
     alpha_rel, prompt_idx, text, optional answer_kept and reply_nll). ranked_on / prompts: the dialogues the top
-    feature was chosen on and the prompts its replies are scored on (any hashable ids)."""
+    feature was chosen on and the prompts its replies are scored on (any hashable ids). Without a null only the
+    sweet-spot claim (which compares the feature's strengths with its own α = 0) is judged."""
     sel = held_out(ranked_on, prompts, subject="the top feature, chosen by its im_start ranking")
     n_prompts = int(top["prompt_idx"].nunique())
     names = (f"#{feature}" if feature is not None else "top feature",
              f"#{null_feature}" if null_feature is not None else "random feature")
-    base_top = _by_alpha(top, 0.0)
     out = []
+    if null is not None:
+        out.append(_feature_effect(top, null, names, sel, n_prompts, n_null_features))
+    sweet = _sweet_spot(top, names, sel)
+    return out + ([sweet] if sweet is not None else [])
 
-    # S1: the feature effect, top vs null, paired by prompt at every testable strength
+
+def _feature_effect(top: pd.DataFrame, null: pd.DataFrame, names, sel: Check, n_prompts: int,
+                    n_null_features: int) -> Verdict:
+    """S1: the feature effect, top vs null, paired by prompt at every testable strength."""
+    base_top = _by_alpha(top, 0.0)
     tested = _testable(top, null)
     p, rates, checks = [], [], []
     for a in tested:
@@ -227,15 +235,18 @@ def steering_verdicts(top: pd.DataFrame, null: pd.DataFrame, *, ranked_on: Seque
     skipped = sorted(set(top["alpha_rel"].astype(float)) - set(tested) - {0.0})
     measured = (f"replies with template text, {names[0]} vs {names[1]}: {shown or 'no strength testable'}"
                 + (f"; not tested (replies collapsed): α={', '.join(f'{a:g}' for a in skipped)}" if skipped else ""))
-    out.append(Verdict(METHOD, "Special-token features steer: the top im_start feature writes chat-template "
-                               "text where a random live feature at the same strength does not", measured, supported,
-                       (sel, sampling_units(n_prompts, unit="prompt", subject="steering prompts (paired test)"),
-                        sampling_units(n_null_features, unit="null feature", subject="the random-feature null",
-                                       minimum=NULL_FEATURE_MINIMUM),
-                        multiple_testing(len(tested), "Holm", subject="strengths tested"), *checks),
-                       "paired sign-flip test over prompts at each strength where no arm collapsed"))
+    return Verdict(METHOD, "Special-token features steer: the top im_start feature writes chat-template "
+                           "text where a random live feature at the same strength does not", measured, supported,
+                   (sel, sampling_units(n_prompts, unit="prompt", subject="steering prompts (paired test)"),
+                    sampling_units(n_null_features, unit="null feature", subject="the random-feature null",
+                                   minimum=NULL_FEATURE_MINIMUM),
+                    multiple_testing(len(tested), "Holm", subject="strengths tested"), *checks),
+                   "paired sign-flip test over prompts at each strength where no arm collapsed")
 
-    # S2: the paper's sweet spot, operationalised as keeping the public-fact answer
+
+def _sweet_spot(top: pd.DataFrame, names, sel: Check) -> Verdict | None:
+    """S2: the paper's sweet spot, operationalised as keeping the public-fact answer (None without answers)."""
+    base_top = _by_alpha(top, 0.0)
     if "answer_kept" in top:
         facts = base_top[base_top["answer_kept"].notna()]["prompt_idx"]
         base = base_top.set_index("prompt_idx").loc[facts, "answer_kept"].to_numpy(float)
@@ -252,13 +263,13 @@ def steering_verdicts(top: pd.DataFrame, null: pd.DataFrame, *, ranked_on: Seque
         supported = None if not tested else bool(better)
         arms = {"α=0": float(base.mean()), **{f"α={a:g}": float(x) for a, x in rates}}
         shown = "; ".join(f"α={a:g} {x:.2f} (Holm p {q:.2g})" for (a, x), q in zip(rates, adj))
-        out.append(Verdict(METHOD, "A steering sweet spot: some strength > 0 improves the replies (paper: α ≈ 25–100 "
-                                   "on Qwen)",
-                           f"fact answer kept ({names[0]}): α=0 {base.mean():.2f}; {shown or 'no strength testable'}",
-                           supported,
-                           (sel, sampling_units(len(base), unit="fact prompt", subject="prompts with a public-fact "
-                                                                                      "answer"),
-                            floor_ceiling(arms, subject="share of fact answers kept"),
-                            multiple_testing(len(tested), "Holm", subject="strengths tested"), *checks),
-                           "no judge for the paper's politeness / detail: the answer kept is the measure"))
-    return out
+        return Verdict(METHOD, "A steering sweet spot: some strength > 0 improves the replies (paper: α ≈ 25–100 "
+                               "on Qwen)",
+                       f"fact answer kept ({names[0]}): α=0 {base.mean():.2f}; {shown or 'no strength testable'}",
+                       supported,
+                       (sel, sampling_units(len(base), unit="fact prompt", subject="prompts with a public-fact "
+                                                                                  "answer"),
+                        floor_ceiling(arms, subject="share of fact answers kept"),
+                        multiple_testing(len(tested), "Holm", subject="strengths tested"), *checks),
+                       "no judge for the paper's politeness / detail: the answer kept is the measure")
+    return None

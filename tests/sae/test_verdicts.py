@@ -166,3 +166,30 @@ def test_the_collapse_checks_fire_on_collapsed_replies(kind):
     ok = sv._generation_checks(good[good["alpha_rel"] == 0.5], good[good["alpha_rel"] == 0.0], "x")
     assert not next(c for c in checks if c.kind == kind).passed
     assert next(c for c in ok if c.kind == kind).passed
+
+
+def test_without_a_null_only_the_sweet_spot_is_judged():
+    vs = steering_verdicts(steer_table("top"), None, ranked_on=range(32, 64), prompts=range(32))
+    assert [v.claim.startswith("A steering sweet spot") for v in vs] == [True]
+
+
+def test_steering_ranks_the_feature_on_dialogues_that_are_not_prompts(llama, dialogues, tmp_path):
+    """Issue 46: without precomputed statistics the top feature is ranked on the held-out dialogues after the
+    prompts (recorded), the replies carry their NLL under the unedited model, and a held-out set no larger than the
+    prompts is refused."""
+    from interplab.core.errors import ConfigError
+    from interplab.sae import train_sae
+    from interplab.sae.compare import special_token_steering
+    from interplab.sae.data import SAEData
+
+    site = "resid_post.1"
+    sae = train_sae(llama, dialogues, site=site, architecture="topk", k=4, steps=5, batch_tokens=32,
+                    out_dir=tmp_path / "s")
+    data = SAEData(dialogues, dialogues, [], None, eval_answers=[None, "w1"] + [None] * (len(dialogues) - 2))
+    res = special_token_steering(llama, sae, data, site=site, alphas_rel=(0.0, 1.0), n_prompts=3,
+                                 max_new_tokens=3)
+    assert res.prompts == [0, 1, 2] and res.ranked_on == list(range(3, len(dialogues)))
+    assert res.table["reply_nll"].notna().any()
+    with pytest.raises(ConfigError, match="held-out dialogues besides"):
+        special_token_steering(llama, sae, SAEData(dialogues, dialogues[:3], [], None), site=site,
+                               alphas_rel=(0.0,), n_prompts=3, max_new_tokens=2)

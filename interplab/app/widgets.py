@@ -261,9 +261,10 @@ def parse_list(text: str, field: str, item=float) -> list:
 
 
 def later_verdicts(verdict_experiment: str, run_path, key: str) -> None:
-    """The verdicts a later `verdict_experiment` run (e.g. `pcfg-verdicts`) made from the saved run at `run_path`
-    (its json/sources.json names the run): shown with `validity_panel` under a caption saying where they come from,
-    for runs committed before runs checked themselves. Nothing when no such run exists."""
+    """The verdicts a later `verdict_experiment` run (e.g. `pcfg-verdicts`) made from the saved run
+    at `run_path` (its json/sources.json names the run): shown with `validity_panel` under a caption
+    saying where they come from, for runs committed before runs checked themselves. Nothing when no
+    such run exists."""
     from interplab.core.errors import InterplabError
     from interplab.results.runs import list_runs, load_run, shipped_runs, shipped_runs_root
 
@@ -281,7 +282,8 @@ def later_verdicts(verdict_experiment: str, run_path, key: str) -> None:
             sources = run.json("sources") if "sources" in run.json_names else {}
         except (OSError, InterplabError):
             continue
-        named = {(Path(s) if Path(s).is_absolute() else base / s).resolve() for s in sources.values()}
+        named = {(Path(s) if Path(s).is_absolute() else base / s).resolve()
+                 for s in sources.values()}
         if target in named:
             st.caption(f"Verdicts on this run, made later from its saved outputs by `interplab run "
                        f"{verdict_experiment}` ({Path(p).name}):")

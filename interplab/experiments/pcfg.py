@@ -208,8 +208,8 @@ def pcfg_depth_sweep(cfg: PCFGDepthSweepConfig, run) -> None:
     run.save_table("kl_by_depth", res.kl_by_depth)
     run.save_table("slope_by_depth", res.slope_by_depth)
     run.save_json("summary", res.headline())
-    _save_verdicts(run, depth_sweep_verdicts(res, probe_sequences=cfg.probe_sequences, n_splits=cfg.n_splits,
-                                             probe_seed=cfg.probe_seed))
+    _save_verdicts(run, depth_sweep_verdicts(res, probe_sequences=cfg.probe_sequences,
+                                             n_splits=cfg.n_splits, probe_seed=cfg.probe_seed))
     save_figure(run, "kl_vs_depth", kl_depth_seeds_figure(res.kl_by_depth, res.organisms, log2_n=res.log2_n,
                                                           level=res.level))
     for t in cfg.probe_targets:
@@ -218,19 +218,21 @@ def pcfg_depth_sweep(cfg: PCFGDepthSweepConfig, run) -> None:
 
 @dataclass
 class PCFGVerdictsConfig:
-    """Saved runs to judge ("" = skip): sweep_run, a `pcfg-depth-sweep` run folder (claims 1–3); construction_run,
-    a `pcfg-construction` run folder (claim 4, over its organisms: training seeds of one grammar)."""
+    """Saved runs to judge ("" = skip): sweep_run, a `pcfg-depth-sweep` run folder (claims 1–3);
+    construction_run, a `pcfg-construction` run folder (claim 4, over its organisms: training seeds
+    of one grammar)."""
 
     sweep_run: str = ""
     construction_run: str = ""
 
 
 @register_experiment("pcfg-verdicts", config=PCFGVerdictsConfig,
-                     help="verdicts (with validity checks) of saved pcfg-depth-sweep / pcfg-construction runs, from "
-                          "their committed outputs")
+                     help="verdicts (with validity checks) of saved pcfg-depth-sweep / "
+                          "pcfg-construction runs, from their committed outputs")
 def pcfg_verdicts(cfg: PCFGVerdictsConfig, run) -> None:
-    """Runs saved before runs checked themselves get their validity report from their committed outputs (the
-    `DepthSeedSweep` result and config of a sweep, the `truncated_kl` table of a construction run)."""
+    """Runs saved before runs checked themselves get their validity report from their committed
+    outputs (the `DepthSeedSweep` result and config of a sweep, the `truncated_kl` table of a
+    construction run)."""
     from pathlib import Path
 
     from interplab.core.errors import ConfigError
@@ -243,14 +245,17 @@ def pcfg_verdicts(cfg: PCFGVerdictsConfig, run) -> None:
         sr = load_run(Path(cfg.sweep_run))
         sweep = DepthSeedSweep.load(sr.path / "sweep")
         c = sr.config
-        verdicts += depth_sweep_verdicts(sweep, probe_sequences=int(c["probe_sequences"]), n_splits=int(c["n_splits"]),
+        verdicts += depth_sweep_verdicts(sweep, probe_sequences=int(c["probe_sequences"]),
+                                         n_splits=int(c["n_splits"]),
                                          probe_seed=int(c["probe_seed"]))
         sources["sweep_run"] = cfg.sweep_run
     if cfg.construction_run:
-        verdicts += construction_verdicts(load_run(Path(cfg.construction_run)).table("truncated_kl"))
+        kl = load_run(Path(cfg.construction_run)).table("truncated_kl")
+        verdicts += construction_verdicts(kl)
         sources["construction_run"] = cfg.construction_run
     if not verdicts:
-        raise ConfigError("nothing to judge: set sweep_run and/or construction_run to saved run folders")
+        raise ConfigError("nothing to judge: set sweep_run and/or construction_run to saved run "
+                          "folders")
     run.save_json("sources", sources)
     _save_verdicts(run, verdicts)
 

@@ -85,13 +85,15 @@ def sae_exclude_massive(sae: Any) -> float:
 
 
 class SAESplice(Edit):
-    """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real position, except the
-    massive positions of an SAE trained without them (`exclude_massive`, default from the SAE's metadata): there the
-    activation is kept, as an SAE trained without a model's attention sink cannot reconstruct it.
+    """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real
+    position, except the massive positions of an SAE trained without them (`exclude_massive`,
+    default from the SAE's metadata): there the activation is kept, as an SAE trained without a
+    model's attention sink cannot reconstruct it.
 
-    keep_clean: optional [b, T] bool, one row per batch row, indexed by absolute position (0 = the row's first real
-    token): True keeps the clean activation there too. SAELens's `run_evals` splices only at tokens that are not
-    special tokens; `interplab.sae.conventions` passes those tokens here to reproduce it."""
+    keep_clean: optional [b, T] bool, one row per batch row, indexed by absolute position (0 = the
+    row's first real token): True keeps the clean activation there too. SAELens's `run_evals`
+    splices only at tokens that are not special tokens; `interplab.sae.conventions` passes those
+    tokens here to reproduce it."""
 
     def __init__(self, sae: Any, site: str | None = None, phases: Sequence[str] = PHASES,
                  exclude_massive: float | None = None, keep_clean: torch.Tensor | None = None):
@@ -101,17 +103,18 @@ class SAESplice(Edit):
         self._validate_phases()
         self.exclude_massive = sae_exclude_massive(self.sae) if exclude_massive is None else float(exclude_massive)
         if keep_clean is not None and (keep_clean.ndim != 2 or keep_clean.dtype != torch.bool):
-            raise ShapeError(f"keep_clean must be a [batch, positions] bool tensor, got {keep_clean.dtype} "
-                             f"{tuple(keep_clean.shape)}")
+            raise ShapeError(f"keep_clean must be a [batch, positions] bool tensor, got "
+                             f"{keep_clean.dtype} {tuple(keep_clean.shape)}")
         self.keep_clean = keep_clean
 
     def _kept(self, ctx, shape) -> torch.Tensor | None:
-        """[b, p] True where `keep_clean` keeps the clean activation (absolute positions of each row)."""
+        """[b, p] True where `keep_clean` keeps the clean activation (absolute positions)."""
         if self.keep_clean is None:
             return None
         if ctx is None or len(shape) != 3 or self.keep_clean.shape[0] != shape[0]:
-            raise ShapeError(f"keep_clean has {self.keep_clean.shape[0]} rows; the activation is {tuple(shape)} "
-                             "(keep_clean needs a [batch, positions, d] site and one row per batch row)")
+            raise ShapeError(f"keep_clean has {self.keep_clean.shape[0]} rows; the activation is "
+                             f"{tuple(shape)} (keep_clean needs a [batch, positions, d] site and "
+                             "one row per batch row)")
         km = self.keep_clean.to(ctx.positions.device)
         pos = ctx.positions.clamp(min=0)
         inside = pos < km.shape[1]

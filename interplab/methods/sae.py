@@ -17,8 +17,8 @@ METHOD = MethodSpec(
     package="interplab.sae",
     experiment_modules=("interplab.experiments.sae", "interplab.experiments.sae_pareto",
                         "interplab.experiments.sae_eval"),
-    experiments=("sae-train", "sae-steer-sweep", "sae-fast-vs-block", "sae-synthetic", "sae-pareto", "sae-eval",
-                 "sae-verdicts"),
+    experiments=("sae-train", "sae-steer-sweep", "sae-fast-vs-block", "sae-synthetic", "sae-pareto",
+                 "sae-eval", "sae-verdicts"),
     figures="interplab.figures.sae",
     pages=(PageSpec(
         "pages/7_SAE_Training.py", "SAE Training",

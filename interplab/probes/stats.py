@@ -310,16 +310,17 @@ def bh_qvalues(p: np.ndarray) -> np.ndarray:
 
 
 def t_test_p(values, *, mu: float = 0.0, alternative: str = "greater") -> float:
-    """One-sample Student-t test of mean(values) against `mu` (n − 1 dof; NaNs dropped): the p-value for
-    'greater' (mean > mu), 'less' or 'two-sided'. The test behind `t_interval`, for a handful of seeds whose
-    p-values a family correction (`holm_adjust`) needs. NaN for fewer than 2 values; with zero spread, 0 or 1 by
-    the side the mean is on (a deterministic effect), 1 at mu itself."""
+    """One-sample Student-t test of mean(values) against `mu` (n − 1 dof; NaNs dropped): the p-value
+    for 'greater' (mean > mu), 'less' or 'two-sided'. The test behind `t_interval`, for a handful of
+    seeds whose p-values a family correction (`holm_adjust`) needs. NaN for fewer than 2 values;
+    with zero spread, 0 or 1 by the side the mean is on (a deterministic effect), 1 at mu itself."""
     from scipy.stats import t as student_t
 
     x = np.asarray(values, dtype=np.float64).reshape(-1)
     x = x[np.isfinite(x)]
     if alternative not in ("greater", "less", "two-sided"):
-        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', got {alternative!r}")
+        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', "
+                         f"got {alternative!r}")
     if x.size < 2:
         return float("nan")
     diff = float(x.mean()) - float(mu)

@@ -46,11 +46,12 @@ class SteeringSweepConfig:
 
 @dataclass
 class SteeringSweepResult(Result):
-    """Generations of an alpha sweep. `rows`: one dict per (alpha, prompt) with the generated ids (`new_tokens`,
-    as generated), the reply (`text`: decoded up to the first stop token — tokenizer EOS or a generation_config eos
-    id such as <|im_end|>), the target feature's mean activation on the generated tokens (clean re-forward, no
-    steering), the fraction of repeated 3-grams, the distinct-token ratio and the per-token NLL of the reply under
-    the unedited model (`reply_nll`, NaN for an empty reply)."""
+    """Generations of an alpha sweep. `rows`: one dict per (alpha, prompt) with the generated ids
+    (`new_tokens`, as generated), the reply (`text`: decoded up to the first stop token — tokenizer
+    EOS or a generation_config eos id such as <|im_end|>), the target feature's mean activation on
+    the generated tokens (clean re-forward, no steering), the fraction of repeated 3-grams, the
+    distinct-token ratio and the per-token NLL of the reply under the unedited model (`reply_nll`,
+    NaN for an empty reply)."""
 
     config: SteeringSweepConfig
     rows: list[dict] = field(default_factory=list)
@@ -99,9 +100,9 @@ def _rep_stats(ids: list[int]) -> tuple[float, float]:
 
 
 def _reply_nll(logp: torch.Tensor, reply: list[int], n_new: int, k: int) -> float:
-    """Mean per-token NLL of `reply` (the first tokens of a row's `n_new` generated ones) from the row's last-k
-    log-probabilities [k, V]: reply token j sits at window index k − n_new + j and is predicted one before it. NaN
-    for an empty reply."""
+    """Mean per-token NLL of `reply` (the first tokens of a row's `n_new` generated ones) from the
+    row's last-k log-probabilities [k, V]: reply token j sits at window index k − n_new + j and is
+    predicted one before it. NaN for an empty reply."""
     if not reply:
         return float("nan")
     idx = torch.arange(len(reply)) + (k - n_new - 1)
@@ -134,8 +135,9 @@ def steering_sweep(model: Any, sae: Any, prompts: Sequence[Any], config: Steerin
                         template_ids=tmpl, normalize=cfg.normalize)
         gen = model.generate(pids, max_new_tokens=cfg.max_new_tokens, edits=[edit], greedy=True)
         full = [list(p) + list(n) for p, n in zip(pids, gen.new_tokens)]
-        # the unedited model re-reads prompt + reply: the feature's activation on the reply, and the reply's
-        # per-token NLL (a degenerate-generation check); only the last k positions are unembedded
+        # the unedited model re-reads prompt + reply: the feature's activation on the reply, and
+        # the reply's per-token NLL (a degenerate-generation check); only the last k positions are
+        # unembedded
         k = max(len(n) for n in gen.new_tokens) + 1
         with torch.no_grad():
             clean = model.run(full, capture=[site], logits=True, logits_last=k)

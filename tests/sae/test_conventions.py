@@ -1,6 +1,7 @@
-"""Issue 46: the three position conventions of an SAE evaluation (interplab's positions, SAELens's positions, all
-tokens) differ exactly as documented, interplab's convention is `evaluate_sae`'s unsuffixed numbers, and the
-SAELens convention is SAELens's own `run_evals` on the same tokens."""
+"""Issue 46: the three position conventions of an SAE evaluation (interplab's positions, SAELens's
+positions, all tokens) differ exactly as documented, interplab's convention is `evaluate_sae`'s
+unsuffixed numbers, and the SAELens convention is SAELens's own `run_evals` on the same tokens."""
+
 from __future__ import annotations
 
 import copy
@@ -10,10 +11,15 @@ import torch
 
 from interplab.core.errors import InputError, ShapeError
 from interplab.sae import evaluate_sae
-from interplab.sae.conventions import CONVENTIONS, evaluate_conventions, position_masks, saelens_run_evals
+from interplab.sae.conventions import (
+    CONVENTIONS,
+    evaluate_conventions,
+    position_masks,
+    saelens_run_evals,
+)
 
 SITE = "resid_post.1"
-SINK, SPECIAL = 1, 2      # a BOS-like id at the sink, another special id inside the sequence
+SINK, SPECIAL = 1, 2  # a BOS-like id at the sink, another special id inside the sequence
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +32,9 @@ def lossy_sae(identity_sae):
 
 
 def test_position_masks_on_a_constructed_sequence():
-    """A sink (special and massive) at 0, a special token at 2, a massive ordinary token at 3: interplab drops the
-    massive positions (0, 3) from the splice but scores every prediction; SAELens drops the special ones (0, 2)
-    from both; all tokens drops nothing."""
+    """A sink (special and massive) at 0, a special token at 2, a massive ordinary token at 3:
+    interplab drops the massive positions (0, 3) from the splice but scores every prediction;
+    SAELens drops the special ones (0, 2) from both; all tokens drops nothing."""
     ids = torch.tensor([SINK, 10, SPECIAL, 11, 12])
     acts = torch.ones(5, 4)
     acts[0] *= 400.0
@@ -48,18 +54,29 @@ def test_position_masks_on_a_constructed_sequence():
 
 
 def test_conventions_equal_evaluate_sae_and_saelens_run_evals(llama, dialogues, lossy_sae):
-    """interplab's positions = evaluate_sae's unsuffixed numbers (to float64 rounding); SAELens's positions =
-    run_evals on the same tokens with the chat markers excluded (SAELens computes in float32); the conventions
-    differ from each other here (the factor 1.2 marks some positions massive on this random model)."""
+    """interplab's positions = evaluate_sae's unsuffixed numbers (to float64 rounding); SAELens's
+    positions = run_evals on the same tokens with the chat markers excluded (SAELens computes in
+    float32); the conventions differ from each other here (the factor 1.2 marks some positions
+    massive on this random model)."""
     tok = llama.tokenizer
     markers = [tok.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")]
     dl = dialogues[:6]
-    conv = evaluate_conventions(llama, lossy_sae, dl, site=SITE, ignore_ids=markers, exclude_massive=1.2,
-                                micro_batch=4)
+    conv = evaluate_conventions(
+        llama, lossy_sae, dl, site=SITE, ignore_ids=markers, exclude_massive=1.2, micro_batch=4
+    )
     ev = evaluate_sae(llama, lossy_sae, dl, site=SITE, exclude_massive=1.2)
     assert ev["n_massive_excluded"] > 0
-    ours = {k: conv[f"{k}_interplab_positions"] for k in ("ce_clean", "ce_sae", "ce_zero_ablation",
-                                                            "delta_loss_pct", "ce_loss_score", "kl_sae")}
+    ours = {
+        k: conv[f"{k}_interplab_positions"]
+        for k in (
+            "ce_clean",
+            "ce_sae",
+            "ce_zero_ablation",
+            "delta_loss_pct",
+            "ce_loss_score",
+            "kl_sae",
+        )
+    }
     for k, v in ours.items():
         assert v == pytest.approx(ev[k], rel=1e-9, abs=1e-12), k
     assert conv["mse_sum_d_interplab_positions"] == pytest.approx(ev["mse_sum_d"], rel=1e-9)
@@ -71,7 +88,9 @@ def test_conventions_equal_evaluate_sae_and_saelens_run_evals(llama, dialogues, 
     assert conv["ce_sae_saelens_positions"] == pytest.approx(ref["ce_loss_with_sae"], rel=1e-5)
     assert conv["ce_clean_saelens_positions"] == pytest.approx(ref["ce_loss_without_sae"], rel=1e-5)
     assert conv["kl_sae_saelens_positions"] == pytest.approx(ref["kl_div_with_sae"], rel=1e-4)
-    assert conv["explained_variance_saelens_positions"] == pytest.approx(ref["explained_variance"], rel=1e-4)
+    assert conv["explained_variance_saelens_positions"] == pytest.approx(
+        ref["explained_variance"], rel=1e-4
+    )
 
     n = {c: conv[f"n_positions_{c}"] for c in CONVENTIONS}
     assert n["saelens_positions"] < n["all_tokens"] and n["interplab_positions"] < n["all_tokens"]
@@ -85,7 +104,8 @@ def test_saelens_reference_refuses_an_empty_exclusion(llama, dialogues, lossy_sa
 
 
 def test_splice_keep_clean_keeps_the_clean_activation(llama, dialogues, lossy_sae):
-    """SAESplice(keep_clean=mask) leaves the marked positions at their clean value (the SAELens convention's splice)."""
+    """SAESplice(keep_clean=mask) leaves the marked positions at their clean value (the SAELens
+    convention's splice)."""
     from interplab.sae.chat import chat_ids
     from interplab.sae.steering import SAESplice
 
@@ -94,8 +114,12 @@ def test_splice_keep_clean_keeps_the_clean_activation(llama, dialogues, lossy_sa
     keep = torch.zeros(len(seqs), T, dtype=torch.bool)
     keep[:, ::2] = True
     clean = llama.run(seqs, capture=[SITE], logits=False).cache[SITE]
-    out = llama.run(seqs, capture=[SITE], logits=False,
-                    edits=[SAESplice(lossy_sae, SITE, exclude_massive=0.0, keep_clean=keep)])
+    out = llama.run(
+        seqs,
+        capture=[SITE],
+        logits=False,
+        edits=[SAESplice(lossy_sae, SITE, exclude_massive=0.0, keep_clean=keep)],
+    )
     got = out.cache[SITE]
     real = out.batch.attention_mask.bool()
     for i, s in enumerate(seqs):

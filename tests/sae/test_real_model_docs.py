@@ -12,8 +12,8 @@ from tests.real_model_docs import ROOT, doc_section, run_dir, validity_report
 PARETO = ("sae-pareto", "topk32-2seeds")
 STEER = ("sae-steer-sweep", "fast-seed0-im_start")
 STEER_NULL = ("sae-steer-sweep", "fast-seed0-random-feature")   # the null: a random live feature
-EVAL = ("sae-eval", "fast-seed0-conventions")                     # the shipped SAE under every position convention
-VERDICTS = ("sae-verdicts", "pareto-and-steering")                # the verdicts of the runs above
+EVAL = ("sae-eval", "fast-seed0-conventions")          # the shipped SAE under every convention
+VERDICTS = ("sae-verdicts", "pareto-and-steering")     # the verdicts of the runs above
 METHODS = ("FAST", "BT(F)", "BT(P)")
 EVALS = {"fast": "FAST (per dialogue)", "packed": "packed blocks"}
 SHIPPED_SAE = "topk_k=32_fast_seed0"
@@ -158,15 +158,15 @@ def template_rows() -> list[str]:
     return rows
 
 
-# ---- position conventions (issue 46) ------------------------------------------------------------------------------
+# ---- position conventions (issue 46) ---------------------------------------------------------
 CONVENTION_NAMES = {"interplab_positions": "interplab's positions (sink left out)",
                     "saelens_positions": "SAELens's positions (special tokens left out)",
                     "all_tokens": "all tokens (nothing left out)"}
 
 
 def convention_rows() -> list[str]:
-    """The conventions table: one row per position set of the committed sae-eval run, the answers row from its
-    metrics, and SAELens's own run_evals on the same tokens."""
+    """The conventions table: one row per position set of the committed sae-eval run, the answers
+    row from its metrics, and SAELens's own run_evals on the same tokens."""
     d = run_dir(*EVAL)
     conv = pd.read_csv(d / "tables" / "conventions.csv").set_index("convention")
     met = pd.read_csv(d / "tables" / "metrics.csv").iloc[0]
@@ -174,7 +174,8 @@ def convention_rows() -> list[str]:
     rows = []
     for c, label in CONVENTION_NAMES.items():
         r = conv.loc[c]
-        rows.append(f"| {label} | {int(r['n_positions']):,} | {r['mse_sum_d']:.1f} | {r['ce_clean']:.4f} | "
+        rows.append(f"| {label} | {int(r['n_positions']):,} | {r['mse_sum_d']:.1f} | "
+                    f"{r['ce_clean']:.4f} | "
                     f"{r['ce_sae']:.4f} | {r['delta_loss_pct']:.2f} % | {r['ce_loss_score']:.5f} | "
                     f"{r['kl_sae']:.4f} |")
     rows.append(f"| assistant answers (interplab) | {int(met['n_tokens_response']):,} | — | "
@@ -182,7 +183,8 @@ def convention_rows() -> list[str]:
                 f"{met['delta_loss_pct_response']:.2f} % | {met['ce_loss_score_response']:.5f} | "
                 f"{met['kl_sae_response']:.4f} |")
     dl = (ref["ce_loss_with_sae"] - ref["ce_loss_without_sae"]) / ref["ce_loss_without_sae"] * 100
-    rows.append(f"| SAELens `run_evals`, same tokens | — | {ref['mse']:.1f} | {ref['ce_loss_without_sae']:.4f} | "
+    rows.append(f"| SAELens `run_evals`, same tokens | — | {ref['mse']:.1f} | "
+                f"{ref['ce_loss_without_sae']:.4f} | "
                 f"{ref['ce_loss_with_sae']:.4f} | {dl:.2f} % | {ref['ce_loss_score']:.5f} | "
                 f"{ref['kl_div_with_sae']:.4f} |")
     return rows
@@ -226,7 +228,8 @@ def test_convention_rows_equal_the_committed_sae_eval_run():
 
 
 def test_claim_table_equals_the_committed_validity_reports():
-    """The claim table (claim | measured | validity checks | verdict) is the committed runs' reports, row for row."""
+    """The claim table (claim | measured | validity checks | verdict) is the committed runs'
+    reports, row for row."""
     from tests.real_model_docs import assert_claim_table
 
     assert_claim_table(section(), run_dir(*VERDICTS), run_dir(*EVAL))
@@ -274,9 +277,11 @@ def test_readme_quotes_equal_the_outputs():
     conv = pd.read_csv(run_dir(*EVAL) / "tables" / "conventions.csv").set_index("convention")
     met = pd.read_csv(run_dir(*EVAL) / "tables" / "metrics.csv").iloc[0]
     ref = json.loads((run_dir(*EVAL) / "json" / "saelens_run_evals.json").read_text())
-    quotes += [f"{met['delta_loss_pct_response']:.2f} %", f"{ref['mse']:.1f}", f"{ref['ce_loss_score']:.5f}"]
+    quotes += [f"{met['delta_loss_pct_response']:.2f} %", f"{ref['mse']:.1f}",
+               f"{ref['ce_loss_score']:.5f}"]
     quotes += [f"{conv.loc[c, 'delta_loss_pct']:.2f} %" for c in CONVENTION_NAMES]
-    outcomes = validity_report(run_dir(*VERDICTS)).outcomes | validity_report(run_dir(*EVAL)).outcomes
+    outcomes = (validity_report(run_dir(*VERDICTS)).outcomes
+                | validity_report(run_dir(*EVAL)).outcomes)
     # the README quotes a verdict only as the committed reports give it
     assert set(outcomes.values()) == {"inconclusive", "not reproduced", "reproduced"}
     quotes += ["**inconclusive**", "**does not reproduce**"]

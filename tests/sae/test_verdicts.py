@@ -1,13 +1,20 @@
-"""Issue 46: the SAE verdict functions (interplab.experiments.sae_verdicts). Every check they use fires on a
-constructed bad run and stays quiet on a good one; the decision rules give the outcome they state."""
+"""Issue 46: the SAE verdict functions (interplab.experiments.sae_verdicts). Every check they use
+fires on a constructed bad run and stays quiet on a good one; the decision rules give the outcome
+they state."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from interplab.experiments.sae_verdicts import (NULL_FEATURE_MINIMUM, eval_verdicts, pareto_verdicts,
-                                                steering_verdicts, template_text)
+from interplab.experiments.sae_verdicts import (
+    NULL_FEATURE_MINIMUM,
+    eval_verdicts,
+    pareto_verdicts,
+    steering_verdicts,
+    template_text,
+)
 from interplab.probes.validity import ValidityReport
 
 
@@ -15,32 +22,53 @@ def _failed(v) -> set[str]:
     return {c.kind for c in v.failed}
 
 
-# ------------------------------------------------------------------------------------------------ FAST vs BT
-def pareto_table(n_seeds=3, ev=(0.9, 0.85, 0.7), gap=-0.5, packed_gap=+0.4, noise=0.02) -> pd.DataFrame:
+# ------------------------------------------------------------------------------------------------
+# FAST vs BT
+def pareto_table(
+    n_seeds=3, ev=(0.9, 0.85, 0.7), gap=-0.5, packed_gap=+0.4, noise=0.02
+) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     rows = []
     for seed in range(n_seeds):
         for e in ("fast", "packed"):
             for m, ex in zip(("FAST", "BT(F)", "BT(P)"), ev):
-                off = {"FAST": 0.0, "BT(F)": -gap if e == "fast" else -packed_gap, "BT(P)": -2 * gap}[m]
-                rows.append({"method": m, "architecture": "topk", "sparsity": 32.0, "seed": seed, "eval": e,
-                             "log2_mse": 1.0 + off + noise * rng.standard_normal(),
-                             "log2_mse_special": -1.0 + off + noise * rng.standard_normal(),
-                             "explained_variance": ex})
+                off = {
+                    "FAST": 0.0,
+                    "BT(F)": -gap if e == "fast" else -packed_gap,
+                    "BT(P)": -2 * gap,
+                }[m]
+                rows.append(
+                    {
+                        "method": m,
+                        "architecture": "topk",
+                        "sparsity": 32.0,
+                        "seed": seed,
+                        "eval": e,
+                        "log2_mse": 1.0 + off + noise * rng.standard_normal(),
+                        "log2_mse_special": -1.0 + off + noise * rng.standard_normal(),
+                        "explained_variance": ex,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def test_pareto_good_run_reproduces_with_every_check_quiet():
     vs = pareto_verdicts(pareto_table())
     assert len(vs) == 4
-    assert all(v.outcome == "reproduced" and not v.failed for v in vs), ValidityReport.of(vs).render()
-    assert {c.kind for v in vs for c in v.checks} == {"sampling_units", "floor_ceiling", "multiple_testing"}
+    assert all(v.outcome == "reproduced" and not v.failed for v in vs), ValidityReport.of(
+        vs
+    ).render()
+    assert {c.kind for v in vs for c in v.checks} == {
+        "sampling_units",
+        "floor_ceiling",
+        "multiple_testing",
+    }
 
 
 def test_pareto_two_seeds_is_too_few():
     vs = pareto_verdicts(pareto_table(n_seeds=2))
     assert all(v.outcome == "inconclusive" and _failed(v) == {"sampling_units"} for v in vs)
-    assert all(v.supported is True for v in vs)        # the numbers alone would say "reproduced"
+    assert all(v.supported is True for v in vs)  # the numbers alone would say "reproduced"
 
 
 def test_pareto_floored_sae_arms_are_flagged():
@@ -49,7 +77,7 @@ def test_pareto_floored_sae_arms_are_flagged():
 
 
 def test_pareto_opposite_direction_is_not_reproduced():
-    vs = pareto_verdicts(pareto_table(gap=+0.5))      # FAST worse on chat activations
+    vs = pareto_verdicts(pareto_table(gap=+0.5))  # FAST worse on chat activations
     assert vs[0].outcome == "not reproduced" and vs[1].outcome == "not reproduced"
 
 
@@ -62,12 +90,20 @@ def test_the_committed_smollm2_pareto_run_is_inconclusive_at_two_seeds():
     assert all(_failed(v) == {"sampling_units"} for v in vs)
 
 
-# ------------------------------------------------------------------------------------------------ evaluation
+# ------------------------------------------------------------------------------------------------
+# evaluation
 def _conv(dl: float) -> dict:
     out = {}
     for c in ("interplab_positions", "saelens_positions", "all_tokens"):
-        out.update({f"delta_loss_pct_{c}": dl, f"mse_sum_d_{c}": 100.0, f"ce_loss_score_{c}": 0.99,
-                    f"kl_sae_{c}": 0.2, f"explained_variance_{c}": 0.9})
+        out.update(
+            {
+                f"delta_loss_pct_{c}": dl,
+                f"mse_sum_d_{c}": 100.0,
+                f"ce_loss_score_{c}": 0.99,
+                f"kl_sae_{c}": 0.2,
+                f"explained_variance_{c}": 0.9,
+            }
+        )
     return out
 
 
@@ -87,7 +123,8 @@ def test_eval_verdicts_rules_and_checks():
     assert off[1].outcome == "not reproduced"
 
 
-# ------------------------------------------------------------------------------------------------ steering
+# ------------------------------------------------------------------------------------------------
+# steering
 WORDS = "the capital of france is paris and the river is long".split()
 
 
@@ -95,7 +132,9 @@ def _reply(i: int, a: float) -> str:
     return " ".join(WORDS[(i + j) % len(WORDS)] for j in range(6)) + f" {i} {a}"
 
 
-def steer_table(arm: str, n=32, alphas=(0.0, 0.5, 1.0), hits=20, collapse_at=None, nll_shift=0.0) -> pd.DataFrame:
+def steer_table(
+    arm: str, n=32, alphas=(0.0, 0.5, 1.0), hits=20, collapse_at=None, nll_shift=0.0
+) -> pd.DataFrame:
     rows = []
     for a in alphas:
         for i in range(n):
@@ -104,25 +143,43 @@ def steer_table(arm: str, n=32, alphas=(0.0, 0.5, 1.0), hits=20, collapse_at=Non
                 text += " assistant"
             if collapse_at is not None and a >= collapse_at:
                 text = "<|im_start|>assistant " * 6
-            rows.append({"alpha_rel": a, "prompt_idx": i, "text": text,
-                         "answer_kept": (1.0 if (i % 2 == 0 and a == 0) else 0.0) if i < 24 else np.nan,
-                         "reply_nll": 1.0 + 0.01 * i + (nll_shift if a > 0 else 0.0)})
+            rows.append(
+                {
+                    "alpha_rel": a,
+                    "prompt_idx": i,
+                    "text": text,
+                    "answer_kept": (1.0 if (i % 2 == 0 and a == 0) else 0.0) if i < 24 else np.nan,
+                    "reply_nll": 1.0 + 0.01 * i + (nll_shift if a > 0 else 0.0),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def _steer(top, null, ranked=range(32, 64), n_null=NULL_FEATURE_MINIMUM):
-    return steering_verdicts(top, null, ranked_on=list(ranked), prompts=list(range(32)), n_null_features=n_null,
-                             feature=7, null_feature=3)
+    return steering_verdicts(
+        top,
+        null,
+        ranked_on=list(ranked),
+        prompts=list(range(32)),
+        n_null_features=n_null,
+        feature=7,
+        null_feature=3,
+    )
 
 
 def test_template_text_counts_the_markers():
-    assert template_text(pd.Series(["<|im_start|>x", "the assistant", "plain", None])).tolist() == [1, 1, 0, 0]
+    assert template_text(pd.Series(["<|im_start|>x", "the assistant", "plain", None])).tolist() == [
+        1,
+        1,
+        0,
+        0,
+    ]
 
 
 def test_steering_good_run_reproduces_the_feature_effect_quietly():
     s1, s2 = _steer(steer_table("top"), steer_table("null"))
     assert s1.outcome == "reproduced" and not s1.failed, s1.reason
-    assert "|" not in s1.claim + s1.measured + s1.checks_text()      # safe in a markdown table
+    assert "|" not in s1.claim + s1.measured + s1.checks_text()  # safe in a markdown table
     # answers fall at every strength: no sweet spot, with 24 fact prompts and clean generation
     assert s2.outcome == "not reproduced" and not s2.failed, s2.reason
 
@@ -138,10 +195,15 @@ def test_steering_one_null_feature_is_too_few():
 
 
 def test_steering_collapsed_generation_tests_nothing():
-    """Both arms collapse at every strength > 0: no strength is testable, the verdict decides nothing."""
+    """Both arms collapse at every strength > 0: no strength is testable, the verdict decides
+    nothing."""
     top, null = steer_table("top", collapse_at=0.5), steer_table("null", collapse_at=0.5)
     s1, s2 = _steer(top, null)
-    assert s1.supported is None and s1.outcome == "inconclusive" and "no strength testable" in s1.measured
+    assert (
+        s1.supported is None
+        and s1.outcome == "inconclusive"
+        and "no strength testable" in s1.measured
+    )
     assert s2.supported is None
 
 
@@ -174,22 +236,40 @@ def test_without_a_null_only_the_sweet_spot_is_judged():
 
 
 def test_steering_ranks_the_feature_on_dialogues_that_are_not_prompts(llama, dialogues, tmp_path):
-    """Issue 46: without precomputed statistics the top feature is ranked on the held-out dialogues after the
-    prompts (recorded), the replies carry their NLL under the unedited model, and a held-out set no larger than the
-    prompts is refused."""
+    """Issue 46: without precomputed statistics the top feature is ranked on the held-out dialogues
+    after the prompts (recorded), the replies carry their NLL under the unedited model, and a
+    held-out set no larger than the prompts is refused."""
     from interplab.core.errors import ConfigError
     from interplab.sae import train_sae
     from interplab.sae.compare import special_token_steering
     from interplab.sae.data import SAEData
 
     site = "resid_post.1"
-    sae = train_sae(llama, dialogues, site=site, architecture="topk", k=4, steps=5, batch_tokens=32,
-                    out_dir=tmp_path / "s")
-    data = SAEData(dialogues, dialogues, [], None, eval_answers=[None, "w1"] + [None] * (len(dialogues) - 2))
-    res = special_token_steering(llama, sae, data, site=site, alphas_rel=(0.0, 1.0), n_prompts=3,
-                                 max_new_tokens=3)
+    sae = train_sae(
+        llama,
+        dialogues,
+        site=site,
+        architecture="topk",
+        k=4,
+        steps=5,
+        batch_tokens=32,
+        out_dir=tmp_path / "s",
+    )
+    data = SAEData(
+        dialogues, dialogues, [], None, eval_answers=[None, "w1"] + [None] * (len(dialogues) - 2)
+    )
+    res = special_token_steering(
+        llama, sae, data, site=site, alphas_rel=(0.0, 1.0), n_prompts=3, max_new_tokens=3
+    )
     assert res.prompts == [0, 1, 2] and res.ranked_on == list(range(3, len(dialogues)))
     assert res.table["reply_nll"].notna().any()
     with pytest.raises(ConfigError, match="held-out dialogues besides"):
-        special_token_steering(llama, sae, SAEData(dialogues, dialogues[:3], [], None), site=site,
-                               alphas_rel=(0.0,), n_prompts=3, max_new_tokens=2)
+        special_token_steering(
+            llama,
+            sae,
+            SAEData(dialogues, dialogues[:3], [], None),
+            site=site,
+            alphas_rel=(0.0,),
+            n_prompts=3,
+            max_new_tokens=2,
+        )

@@ -273,3 +273,15 @@ def test_steering_ranks_the_feature_on_dialogues_that_are_not_prompts(llama, dia
             n_prompts=3,
             max_new_tokens=2,
         )
+
+
+def test_sae_verdicts_experiment_reproduces_the_committed_report(tmp_path):
+    """The committed verdicts are what `sae-verdicts` computes from the committed runs' tables today."""
+    from interplab.experiments.registry import run_experiment
+    from interplab.results.runs import load_run
+    from tests.real_model_docs import ROOT, run_dir, validity_report
+
+    committed = run_dir("sae-verdicts", "pareto-and-steering")
+    src = load_run(committed).json("sources")
+    path = run_experiment("sae-verdicts", {k: str(ROOT / v) for k, v in src.items()}, root=tmp_path)
+    assert load_run(path).validity().markdown() == validity_report(committed).markdown()

@@ -258,3 +258,34 @@ def parse_list(text: str, field: str, item=float) -> list:
     from interplab.experiments.registry import parse_value
 
     return parse_value(text, list[item], field=field)
+
+
+def later_verdicts(verdict_experiment: str, run_path, key: str) -> None:
+    """The verdicts a later `verdict_experiment` run (e.g. `pcfg-verdicts`) made from the saved run
+    at `run_path` (its json/sources.json names the run): shown with `validity_panel` under a caption
+    saying where they come from, for runs committed before runs checked themselves. Nothing when no
+    such run exists."""
+    from interplab.core.errors import InterplabError
+    from interplab.results.runs import list_runs, load_run, shipped_runs, shipped_runs_root
+
+    if not run_path:
+        return
+    base = shipped_runs_root().parent
+    target = Path(run_path).resolve()
+    try:
+        own = list(list_runs(verdict_experiment)["path"])[::-1]
+    except (OSError, InterplabError, KeyError):
+        own = []
+    for p in own + [str(p) for p in shipped_runs(verdict_experiment)][::-1]:
+        try:
+            run = load_run(p)
+            sources = run.json("sources") if "sources" in run.json_names else {}
+        except (OSError, InterplabError):
+            continue
+        named = {(Path(s) if Path(s).is_absolute() else base / s).resolve()
+                 for s in sources.values()}
+        if target in named:
+            st.caption(f"Verdicts on this run, made later from its saved outputs by `interplab run "
+                       f"{verdict_experiment}` ({Path(p).name}):")
+            validity_panel(run.validity(), key=key)
+            return

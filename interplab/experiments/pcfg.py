@@ -23,7 +23,7 @@ from interplab.zoo.recipes.pcfg import EVAL_SEED as CARD_EVAL_SEED
 from interplab.probes.pcfg.depth_seeds import DepthSeedSweepConfig
 
 __all__ = ["PCFGDepthConfig", "PCFGProbesConfig", "PCFGAttentionConfig", "PCFGConstructionConfig",
-           "PCFGDepthSweepConfig"]
+           "PCFGDepthSweepConfig", "PCFGVerdictsConfig"]
 
 DEPTH_SWEEP = ["zoo:pcfg-L2", "zoo:pcfg-L4", "zoo:pcfg-L6"]
 
@@ -157,6 +157,7 @@ def pcfg_construction(cfg: PCFGConstructionConfig, run) -> None:
     import interplab
     from interplab.figures.pcfg import dyadic_probe_figure, truncated_kl_figure
     from interplab.probes.pcfg import construction_mirror
+    from interplab.probes.pcfg.verdicts import construction_verdicts
     from interplab.zoo.recipes.pcfg import grammar_of
 
     probes, kls, summary = [], [], {}
@@ -172,8 +173,18 @@ def pcfg_construction(cfg: PCFGConstructionConfig, run) -> None:
         probes.append(cm.probe.assign(model=name)[["model", *cm.probe.columns]])
         kls.append(cm.kl.assign(model=name)[["model", *cm.kl.columns]])
     run.save_table("dyadic_probe", pd.concat(probes, ignore_index=True))
-    run.save_table("truncated_kl", pd.concat(kls, ignore_index=True))
+    kl_all = pd.concat(kls, ignore_index=True)
+    run.save_table("truncated_kl", kl_all)
     run.save_json("summary", summary)
+    _save_verdicts(run, construction_verdicts(kl_all))
+
+
+def _save_verdicts(run, verdicts) -> None:
+    """The run's validity report (`interplab.probes.pcfg.verdicts`), when it makes a claim."""
+    from interplab.probes.validity import VALIDITY_RESULT, ValidityReport
+
+    if verdicts:
+        run.save_result(VALIDITY_RESULT, ValidityReport.of(verdicts))
 
 
 @dataclass
@@ -187,6 +198,7 @@ class PCFGDepthSweepConfig(DepthSeedSweepConfig):
 def pcfg_depth_sweep(cfg: PCFGDepthSweepConfig, run) -> None:
     from interplab.figures.pcfg import kl_depth_seeds_figure, lstar_depth_seeds_figure
     from interplab.probes.pcfg import depth_seed_sweep
+    from interplab.probes.pcfg.verdicts import depth_sweep_verdicts
 
     cfg.validate()
     # organisms' weights go into the run folder (not committed with the outputs; see results/pcfg-depth-sweep)
@@ -196,7 +208,54 @@ def pcfg_depth_sweep(cfg: PCFGDepthSweepConfig, run) -> None:
     run.save_table("kl_by_depth", res.kl_by_depth)
     run.save_table("slope_by_depth", res.slope_by_depth)
     run.save_json("summary", res.headline())
+    _save_verdicts(run, depth_sweep_verdicts(res, probe_sequences=cfg.probe_sequences,
+                                             n_splits=cfg.n_splits, probe_seed=cfg.probe_seed))
     save_figure(run, "kl_vs_depth", kl_depth_seeds_figure(res.kl_by_depth, res.organisms, log2_n=res.log2_n,
                                                           level=res.level))
     for t in cfg.probe_targets:
         save_figure(run, f"l_star_by_depth_{t}", lstar_depth_seeds_figure(res.l_star, res.slope_by_depth, t))
+
+
+@dataclass
+class PCFGVerdictsConfig:
+    """Saved runs to judge ("" = skip): sweep_run, a `pcfg-depth-sweep` run folder (claims 1–3);
+    construction_run, a `pcfg-construction` run folder (claim 4, over its organisms: training seeds
+    of one grammar)."""
+
+    sweep_run: str = ""
+    construction_run: str = ""
+
+
+@register_experiment("pcfg-verdicts", config=PCFGVerdictsConfig,
+                     help="verdicts (with validity checks) of saved pcfg-depth-sweep / "
+                          "pcfg-construction runs, from their committed outputs")
+def pcfg_verdicts(cfg: PCFGVerdictsConfig, run) -> None:
+    """Runs saved before runs checked themselves get their validity report from their committed
+    outputs (the `DepthSeedSweep` result and config of a sweep, the `truncated_kl` table of a
+    construction run)."""
+    from pathlib import Path
+
+    from interplab.core.errors import ConfigError
+    from interplab.probes.pcfg.depth_seeds import DepthSeedSweep
+    from interplab.probes.pcfg.verdicts import construction_verdicts, depth_sweep_verdicts
+    from interplab.results.runs import load_run
+
+    verdicts, sources = [], {}
+    if cfg.sweep_run:
+        sr = load_run(Path(cfg.sweep_run))
+        sweep = DepthSeedSweep.load(sr.path / "sweep")
+        c = sr.config
+        verdicts += depth_sweep_verdicts(sweep, probe_sequences=int(c["probe_sequences"]),
+                                         n_splits=int(c["n_splits"]),
+                                         probe_seed=int(c["probe_seed"]))
+        sources["sweep_run"] = cfg.sweep_run
+    if cfg.construction_run:
+        kl = load_run(Path(cfg.construction_run)).table("truncated_kl")
+        verdicts += construction_verdicts(kl)
+        sources["construction_run"] = cfg.construction_run
+    if not verdicts:
+        raise ConfigError("nothing to judge: set sweep_run and/or construction_run to saved run "
+                          "folders")
+    run.save_json("sources", sources)
+    _save_verdicts(run, verdicts)
+

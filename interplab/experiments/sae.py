@@ -89,11 +89,12 @@ class FastVsBlockConfig(ComparisonConfig, SAEModel):
 class SteerSweepConfig(SAEModel):
     """Special-token steering sweep with an existing SAE directory.
 
-    sae_dir: SAELens directory ("" -> error). feature: -1 = the top <|im_start|> feature, -2 = a random live feature
-    (drawn with seed: the null the top feature is compared with), else an index. alphas: multiples of the
-    typical residual norm at the site (`interplab.core.scale`: massive-activation positions left out). n_prompts,
-    n_eval: held-out prompts / dialogues scanned for the ranking. positions: all | template | generated.
-    max_new_tokens: reply length cap."""
+    sae_dir: SAELens directory ("" -> error). feature: -1 = the top <|im_start|> feature, -2 = a
+    random live feature (drawn with seed: the null the top feature is compared with), else an index.
+    alphas: multiples of the typical residual norm at the site (`interplab.core.scale`:
+    massive-activation positions left out). n_prompts: the first held-out dialogues, steered;
+    n_eval: held-out dialogues in all; the ranking scans the n_eval − n_prompts that are not
+    prompts. positions: all | template | generated. max_new_tokens: reply length cap."""
 
     sae_dir: str = ""
     feature: int = -1
@@ -125,7 +126,18 @@ def sae_steer_sweep(cfg: SteerSweepConfig, run) -> None:
     run.save_table("steering_summary", steering_summary(res.table))
     save_figure(run, "steering", steering_sweep_figure(res.sweep))
     run.save_json("summary", {"feature": res.feature, "mean_residual_norm": res.mean_norm, "sae_dir": cfg.sae_dir,
-                              "site": site, "steering_unit": res.scale})
+                              "site": site, "steering_unit": res.scale, "ranked_on": res.ranked_on,
+                              "prompts": res.prompts})
+    if cfg.feature == -1:   # judges its sweet spot; the feature effect needs the null run
+        from interplab.experiments.sae_verdicts import steering_verdicts
+        from interplab.probes.validity import VALIDITY_RESULT, ValidityReport
+
+        def ids(xs):   # as sae-verdicts names them
+            return [f"eval dialogue {i}" for i in xs]
+        verdicts = steering_verdicts(res.table, None, ranked_on=ids(res.ranked_on),
+                                     prompts=ids(res.prompts), feature=res.feature)
+        if verdicts:
+            run.save_result(VALIDITY_RESULT, ValidityReport.of(verdicts))
 
 
 STEER_METRICS = ("target_activation", "answer_kept", "exact_match", "distinct_ratio", "repeated_3gram_frac",

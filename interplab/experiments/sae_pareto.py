@@ -129,8 +129,10 @@ def sae_pareto_experiment(cfg: SAEParetoConfig, run) -> None:
 
     import torch
 
+    from interplab.experiments.sae_verdicts import pareto_verdicts
     from interplab.figures.sae import pareto_figure
     from interplab.models.loading import load_model
+    from interplab.probes.validity import VALIDITY_RESULT, ValidityReport
     from interplab.sae.data import load_sae_data
     from interplab.sae.pareto import sae_pareto
 
@@ -151,3 +153,6 @@ def sae_pareto_experiment(cfg: SAEParetoConfig, run) -> None:
         save_figure(run, f"pareto_{m}", pareto_figure(summary, m))
     run.save_json("summary", {"wall_seconds": time.perf_counter() - t0, "n_saes": int(len(res.table) // len(cfg.evals)),
                               "n_eval_dialogues": len(data.eval), "config": res.config})
+    verdicts = pareto_verdicts(res.table)      # the TopK points' FAST-vs-BT claims (issue 46)
+    if verdicts:
+        run.save_result(VALIDITY_RESULT, ValidityReport.of(verdicts))

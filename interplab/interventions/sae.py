@@ -85,17 +85,40 @@ def sae_exclude_massive(sae: Any) -> float:
 
 
 class SAESplice(Edit):
-    """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real position, except the
-    massive positions of an SAE trained without them (`exclude_massive`, default from the SAE's metadata): there the
-    activation is kept, as an SAE trained without a model's attention sink cannot reconstruct it."""
+    """Replace the site activation by the SAE reconstruction decode(encode(x)) at every real
+    position, except the massive positions of an SAE trained without them (`exclude_massive`,
+    default from the SAE's metadata): there the activation is kept, as an SAE trained without a
+    model's attention sink cannot reconstruct it.
+
+    keep_clean: optional [b, T] bool, one row per batch row, indexed by absolute position (0 = the
+    row's first real token): True keeps the clean activation there too. SAELens's `run_evals`
+    splices only at tokens that are not special tokens; `interplab.sae.conventions` passes those
+    tokens here to reproduce it."""
 
     def __init__(self, sae: Any, site: str | None = None, phases: Sequence[str] = PHASES,
-                 exclude_massive: float | None = None):
+                 exclude_massive: float | None = None, keep_clean: torch.Tensor | None = None):
         self.sae = load_sae(sae)
         self.sites = (sae_site(self.sae, site),)
         self.phases = tuple(phases)
         self._validate_phases()
         self.exclude_massive = sae_exclude_massive(self.sae) if exclude_massive is None else float(exclude_massive)
+        if keep_clean is not None and (keep_clean.ndim != 2 or keep_clean.dtype != torch.bool):
+            raise ShapeError(f"keep_clean must be a [batch, positions] bool tensor, got "
+                             f"{keep_clean.dtype} {tuple(keep_clean.shape)}")
+        self.keep_clean = keep_clean
+
+    def _kept(self, ctx, shape) -> torch.Tensor | None:
+        """[b, p] True where `keep_clean` keeps the clean activation (absolute positions)."""
+        if self.keep_clean is None:
+            return None
+        if ctx is None or len(shape) != 3 or self.keep_clean.shape[0] != shape[0]:
+            raise ShapeError(f"keep_clean has {self.keep_clean.shape[0]} rows; the activation is "
+                             f"{tuple(shape)} (keep_clean needs a [batch, positions, d] site and "
+                             "one row per batch row)")
+        km = self.keep_clean.to(ctx.positions.device)
+        pos = ctx.positions.clamp(min=0)
+        inside = pos < km.shape[1]
+        return torch.gather(km, 1, pos.clamp(max=km.shape[1] - 1)) & inside
 
     def apply(self, site, x, ctx):
         if x.shape[-1] != self.sae.cfg.d_in:
@@ -111,6 +134,9 @@ class SAESplice(Edit):
                     real = None
                 keep = massive_mask(x, self.exclude_massive, real=real)
                 xh = torch.where(keep[..., None], x, xh)
+            kept = self._kept(ctx, x.shape)
+            if kept is not None:
+                xh = torch.where(kept.to(x.device)[..., None], x, xh)
         return xh
 
     def __repr__(self):

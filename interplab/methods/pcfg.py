@@ -8,7 +8,8 @@ METHOD = MethodSpec(
     summary="exact PCFG next-token distributions, transformers trained on PCFGs, layer-wise parse probes",
     package="interplab.probes.pcfg",
     experiment_modules=("interplab.experiments.pcfg",),
-    experiments=("pcfg-depth", "pcfg-probes", "pcfg-attention", "pcfg-construction", "pcfg-depth-sweep"),
+    experiments=("pcfg-depth", "pcfg-probes", "pcfg-attention", "pcfg-construction",
+                 "pcfg-depth-sweep", "pcfg-verdicts"),
     figures="interplab.figures.pcfg",
     pages=(PageSpec(
         "pages/5_PCFG.py", "PCFG",

@@ -15,8 +15,10 @@ METHOD = MethodSpec(
     title="SAE Training",
     summary="FAST per-sample SAE training vs block training on SAELens, GSNR, a feature browser, SAE steering",
     package="interplab.sae",
-    experiment_modules=("interplab.experiments.sae", "interplab.experiments.sae_pareto"),
-    experiments=("sae-train", "sae-steer-sweep", "sae-fast-vs-block", "sae-synthetic", "sae-pareto"),
+    experiment_modules=("interplab.experiments.sae", "interplab.experiments.sae_pareto",
+                        "interplab.experiments.sae_eval"),
+    experiments=("sae-train", "sae-steer-sweep", "sae-fast-vs-block", "sae-synthetic", "sae-pareto",
+                 "sae-eval", "sae-verdicts"),
     figures="interplab.figures.sae",
     pages=(PageSpec(
         "pages/7_SAE_Training.py", "SAE Training",
@@ -40,5 +42,7 @@ METHOD = MethodSpec(
                                           "n_text=1100", "n_eval=64", "cache_activations=true")},
         "sae-train": {SMOL: _SMOL_SAE + ("architecture=topk", "k=32", "steps=1500", "n_train=1400", "n_eval=64")},
         "sae-steer-sweep": {SMOL: ("data=offline-chat", "n_prompts=32", "n_eval=64", "max_new_tokens=24",
-                                   "alphas=0,0.25,0.5,1,2,4")}},
+                                   "alphas=0,0.25,0.5,1,2,4")},
+        # the sae-pareto run's held-out dialogues (its data seed 42), one dialogue per forward
+        "sae-eval": {SMOL: ("data=offline-chat", "n_eval=64", "seed=42", "micro_batch=1")}},
 )

@@ -307,3 +307,33 @@ def bh_qvalues(p: np.ndarray) -> np.ndarray:
     out = np.empty(m)
     out[order] = np.minimum(q, 1.0)
     return out.reshape(np.shape(p))
+
+
+def t_test_p(values, *, mu: float = 0.0, alternative: str = "greater") -> float:
+    """One-sample Student-t test of mean(values) against `mu` (n − 1 dof; NaNs dropped): the p-value
+    for 'greater' (mean > mu), 'less' or 'two-sided'. The test behind `t_interval`, for a handful of
+    seeds whose p-values a family correction (`holm_adjust`) needs. NaN for fewer than 2 values;
+    with zero spread, 0 or 1 by the side the mean is on (a deterministic effect), 1 at mu itself."""
+    from scipy.stats import t as student_t
+
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    x = x[np.isfinite(x)]
+    if alternative not in ("greater", "less", "two-sided"):
+        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', "
+                         f"got {alternative!r}")
+    if x.size < 2:
+        return float("nan")
+    diff = float(x.mean()) - float(mu)
+    sd = float(x.std(ddof=1))
+    if sd == 0.0:
+        if diff == 0.0:
+            return 1.0
+        hit = {"greater": diff > 0, "less": diff < 0, "two-sided": True}[alternative]
+        return 0.0 if hit else 1.0
+    t = diff / (sd / np.sqrt(x.size))
+    dof = x.size - 1
+    if alternative == "greater":
+        return float(student_t.sf(t, dof))
+    if alternative == "less":
+        return float(student_t.cdf(t, dof))
+    return float(min(1.0, 2 * student_t.sf(abs(t), dof)))

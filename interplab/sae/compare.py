@@ -166,26 +166,37 @@ def leakage_table(model: Any, dialogues: list, site: str, context_size: int = 12
 
 @dataclass
 class SpecialTokenSteering(Result):
-    """sweep: the generations; table: its rows (without the token ids) with alpha_rel (alpha / the typical residual
-    norm) and, for toy data, the exact match of each reply and its task; feature: the steered feature; mean_norm: the
-    steering unit, the typical residual norm at the site (`interplab.core.scale`: mean norm over positions that are
-    not massive activations); scale: that measurement in full (median, all-position mean, massive count)."""
+    """sweep: the generations; table: its rows (without the token ids) with alpha_rel (alpha / the
+    typical residual norm) and, for toy data, the exact match of each reply and its task; feature:
+    the steered feature; mean_norm: the steering unit, the typical residual norm at the site
+    (`interplab.core.scale`: mean norm over positions that are not massive activations); scale: that
+    measurement in full (median, all-position mean, massive count); ranked_on / prompts: indices
+    into the held-out dialogues the feature was ranked on (the top feature and the null's live set)
+    and those whose prompts were steered (empty when a feature index was given)."""
 
     sweep: SteeringSweepResult
     table: Any  # pandas.DataFrame
     feature: int
     mean_norm: float
     scale: dict = field(default_factory=dict)
+    ranked_on: list = field(default_factory=list)
+    prompts: list = field(default_factory=list)
 
 
 def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: str, stats: FeatureStats | None = None,
                            alphas_rel=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0), n_prompts: int = 24, positions: str = "all",
                            max_new_tokens: int = 12, feature: int = -1, null_seed: int = 0) -> SpecialTokenSteering:
-    """Paper App. F on the organism: pick the feature most active on <|im_start|> (feature=-1; paper ranking) and
-    sweep alpha (multiples of the typical residual norm at the site, `interplab.core.scale.activation_scale`, along
-    the unit-norm decoder row) on held-out prompts. The unit leaves out massive-activation positions: on a real model
-    (SmolLM2: ~2.5e4 at the first token) the all-position mean is several times an ordinary position's norm.
-    feature=-2 steers along a random live feature instead (drawn with `null_seed`): the same sweep's null."""
+    """Paper App. F on the organism: pick the feature most active on <|im_start|> (feature=-1; paper
+    ranking) and sweep alpha (multiples of the typical residual norm at the site,
+    `interplab.core.scale.activation_scale`, along the unit-norm decoder row) on held-out prompts.
+    The unit leaves out massive-activation positions: on a real model (SmolLM2: ~2.5e4 at the first
+    token) the all-position mean is several times an ordinary position's norm. feature=-2 steers
+    along a random live feature instead (drawn with `null_seed`): the same sweep's null.
+
+    The prompts are the first `n_prompts` held-out dialogues (without their answer). Without
+    `stats`, the ranking (and the null's live set) scans only the *other* held-out dialogues, so the
+    feature is not chosen on the prompts it is scored on (issue 46; a `stats` passed in is the
+    caller's choice and is recorded as ranked on every held-out dialogue)."""
     import torch
 
     from interplab.core.scale import activation_scale
@@ -196,9 +207,18 @@ def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: st
     if feature < -2:
         raise ConfigError(f"feature must be >= 0 (an index), -1 (the top <|im_start|> feature) or -2 (a random live "
                           f"feature: the null), got {feature}")
+    ranked_on: list = []
     if feature < 0:
         if stats is None:
-            stats = feature_statistics(model, sae_dir, data.eval, k=5, site=site)
+            ranked_on = list(range(n_prompts, len(data.eval)))
+            if not ranked_on:
+                raise ConfigError(f"the feature ranking needs held-out dialogues besides the "
+                                  f"{n_prompts} steering "
+                                  f"prompts; raise n_eval above n_prompts ({len(data.eval)} now)")
+            scan = [data.eval[i] for i in ranked_on]
+            stats = feature_statistics(model, sae_dir, scan, k=5, site=site)
+        else:
+            ranked_on = list(range(len(data.eval)))
         im_start = model.tokenizer.convert_tokens_to_ids("<|im_start|>")
         ids = list(map(int, stats.special_ids))
         si = ids.index(im_start) if im_start in ids else int(stats.special_counts.argmax())
@@ -230,7 +250,8 @@ def special_token_steering(model: Any, sae_dir: Path, data: SAEData, *, site: st
         df["answer_kept"] = [float(re.search(rf"(?<!\w){re.escape(ans[i].lower())}(?!\w)", t.lower()) is not None)
                              if ans[i] else float("nan") for t, i in zip(df["text"], df["prompt_idx"])]
     sw.rows = df.to_dict("records")
-    return SpecialTokenSteering(sw, df.drop(columns=["new_tokens"]), feature, mean_norm, scale.as_dict())
+    return SpecialTokenSteering(sw, df.drop(columns=["new_tokens"]), feature, mean_norm,
+                                scale.as_dict(), ranked_on, list(range(len(prompts))))
 
 
 @dataclass

@@ -6,7 +6,9 @@ Reconstruction metrics (streaming, no stored activations):
   tables are log2).
 * MSE_st: the same restricted to special-token positions (ids configurable), averaged over dialogues that contain
   at least one; log2 too.
-* token-weighted MSE per element and SAELens's `mse` (per-token sum over d, token-weighted) for reference.
+* token-weighted MSE per element and `mse_sum_d` (per-token sum over d, token-weighted:
+  SAELens's `mse` formula, here at interplab's positions; SAELens's own positions give
+  another number: `interplab.sae.conventions`).
 * explained variance (SAELens's `ExplainedVarianceCalculator`: 1 - E||x - xhat||^2 / (E||x||^2 - ||E x||^2)).
 * L0 (mean active features per token), dead features (never active on the evaluation set), dense features
   (active on more than `dense_threshold` of tokens).
@@ -19,6 +21,10 @@ the SAE reconstruction at every real position):
 Which positions the CE-based metrics average over is `positions` (spec: "whether all tokens or only assistant tokens
 count is a switch"): "all" = every real position (the unsuffixed keys), "response" = only positions whose next
 token is an assistant-answer token (keys suffixed `_response`); see `evaluate_sae`.
+All of these are at *interplab's positions*: an SAE trained without the massive positions
+(the attention sink) keeps them out of the reconstruction metrics and the splice. SAELens's
+positions (special tokens dropped) and all tokens (nothing dropped) are
+`interplab.sae.conventions.evaluate_conventions`.
 """
 from __future__ import annotations
 
@@ -100,7 +106,7 @@ class ReconstructionAccumulator:
             "n_sequences": self.n_seq, "n_tokens": self.n_tok,
             "mse": mse, "log2_mse": math.log2(mse) if mse > 0 else -math.inf,
             "mse_token_weighted": self.tok_sq_sum / (self.n_tok * H),
-            "mse_saelens": self.tok_sq_sum / self.n_tok,
+            "mse_sum_d": self.tok_sq_sum / self.n_tok,
             "explained_variance": float(self.ev.compute()),
             "n_sequences_special": self.n_seq_st, "n_tokens_special": self.n_tok_st,
         }
@@ -208,13 +214,15 @@ _DOWNSTREAM = ("ce_clean", "ce_sae", "ce_zero_ablation", "delta_loss_pct", "ce_l
 
 class SAEEval(Record):
     """`evaluate_sae`: the reconstruction metrics n_sequences, n_tokens, mse, log2_mse, mse_token_weighted,
-    mse_saelens, explained_variance, n_sequences_special, n_tokens_special, mse_special, log2_mse_special, l0,
+    mse_sum_d, explained_variance, n_sequences_special, n_tokens_special, mse_special,
+    log2_mse_special, l0,
     dead_features, dense_features, d_sae, dense_threshold, then site and special_token_ids; with `downstream` the
     CE-based metrics ce_clean, ce_sae, ce_zero_ablation, delta_loss_pct, ce_loss_score, kl_sae, kl_zero_ablation
     (positions "all") and the same keys suffixed `_response` plus n_sequences_response, n_tokens_response
     (positions "response")."""
 
-    KEYS = ("n_sequences", "n_tokens", "mse", "log2_mse", "mse_token_weighted", "mse_saelens", "explained_variance",
+    KEYS = ("n_sequences", "n_tokens", "mse", "log2_mse", "mse_token_weighted", "mse_sum_d",
+            "explained_variance",
             "n_sequences_special", "n_tokens_special", "mse_special", "log2_mse_special", "l0", "dead_features",
             "dense_features", "d_sae", "dense_threshold", "site", "special_token_ids", "exclude_massive",
             "n_massive_excluded")
@@ -236,7 +244,8 @@ def evaluate_sae(model: Any, sae: Any, dialogues: Sequence[Any], *, site: str | 
 
     special_token_ids: ids counted for MSE_st (default: the tokenizer's special/added tokens, i.e. the chat
     markers and BOS/EOS). Returns a flat dict: mse, log2_mse, mse_special, log2_mse_special, mse_token_weighted,
-    mse_saelens, explained_variance, l0, dead_features, dense_features, and with `downstream` the CE-based metrics
+    mse_sum_d, explained_variance, l0, dead_features, dense_features, and with `downstream` the
+    CE-based metrics
     ce_clean, ce_sae, ce_zero_ablation, delta_loss_pct, ce_loss_score, kl_sae, kl_zero_ablation.
 
     positions: which positions the CE-based metrics count (reconstruction metrics always use every token):

@@ -46,10 +46,12 @@ class SteeringSweepConfig:
 
 @dataclass
 class SteeringSweepResult(Result):
-    """Generations of an alpha sweep. `rows`: one dict per (alpha, prompt) with the generated ids (`new_tokens`,
-    as generated), the reply (`text`: decoded up to the first stop token — tokenizer EOS or a generation_config eos
-    id such as <|im_end|>), the target feature's mean activation on the generated tokens (clean re-forward, no
-    steering), the fraction of repeated 3-grams and the distinct-token ratio of the reply."""
+    """Generations of an alpha sweep. `rows`: one dict per (alpha, prompt) with the generated ids
+    (`new_tokens`, as generated), the reply (`text`: decoded up to the first stop token — tokenizer
+    EOS or a generation_config eos id such as <|im_end|>), the target feature's mean activation on
+    the generated tokens (clean re-forward, no steering), the fraction of repeated 3-grams, the
+    distinct-token ratio and the per-token NLL of the reply under the unedited model (`reply_nll`,
+    NaN for an empty reply)."""
 
     config: SteeringSweepConfig
     rows: list[dict] = field(default_factory=list)
@@ -97,6 +99,17 @@ def _rep_stats(ids: list[int]) -> tuple[float, float]:
     return rep, len(set(ids)) / len(ids)
 
 
+def _reply_nll(logp: torch.Tensor, reply: list[int], n_new: int, k: int) -> float:
+    """Mean per-token NLL of `reply` (the first tokens of a row's `n_new` generated ones) from the
+    row's last-k log-probabilities [k, V]: reply token j sits at window index k − n_new + j and is
+    predicted one before it. NaN for an empty reply."""
+    if not reply:
+        return float("nan")
+    idx = torch.arange(len(reply)) + (k - n_new - 1)
+    tgt = torch.tensor(reply, dtype=torch.long)
+    return float(-logp[idx.to(logp.device), tgt.to(logp.device)].double().mean())
+
+
 def steering_sweep(model: Any, sae: Any, prompts: Sequence[Any], config: SteeringSweepConfig | None = None,
                    **kw: Any) -> SteeringSweepResult:
     """Greedy generations for every alpha in the sweep, adding alpha * W_dec[feature] at the SAE's site.
@@ -122,11 +135,16 @@ def steering_sweep(model: Any, sae: Any, prompts: Sequence[Any], config: Steerin
                         template_ids=tmpl, normalize=cfg.normalize)
         gen = model.generate(pids, max_new_tokens=cfg.max_new_tokens, edits=[edit], greedy=True)
         full = [list(p) + list(n) for p, n in zip(pids, gen.new_tokens)]
+        # the unedited model re-reads prompt + reply: the feature's activation on the reply, and
+        # the reply's per-token NLL (a degenerate-generation check); only the last k positions are
+        # unembedded
+        k = max(len(n) for n in gen.new_tokens) + 1
         with torch.no_grad():
-            clean = model.run(full, capture=[site], logits=False)
+            clean = model.run(full, capture=[site], logits=True, logits_last=k)
             acts = clean.cache[site]
             mask = clean.batch.attention_mask.bool()
             f = sae_obj.encode(acts.to(sae_obj.W_dec.dtype))[..., cfg.feature]
+            logp = torch.log_softmax(clean.logits.float(), -1)
         for i, (p, n) in enumerate(zip(pids, gen.new_tokens)):
             fi = f[i][mask[i]]
             gen_part = fi[len(p):]
@@ -136,5 +154,6 @@ def steering_sweep(model: Any, sae: Any, prompts: Sequence[Any], config: Steerin
                              "text": tok.decode(reply).strip(), "new_tokens": list(map(int, n)),
                              "n_new": len(n), "reply_len": len(reply),
                              "target_activation": float(gen_part.mean()) if gen_part.numel() else 0.0,
-                             "repeated_3gram_frac": rep, "distinct_ratio": distinct})
+                             "repeated_3gram_frac": rep, "distinct_ratio": distinct,
+                             "reply_nll": _reply_nll(logp[i], reply, len(n), k)})
     return res

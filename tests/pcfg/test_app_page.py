@@ -26,6 +26,9 @@ def test_pcfg_page_grammar_only(monkeypatch):
     assert "not available" in text and "Sentence" in text
     keys = [c.key for c in at.get("plotly_chart")]
     assert "pcfg_gold_tree__chart" in keys and "pcfg_next_token__chart" in keys
+    # issue 46: the committed depth sweep shows the verdicts pcfg-verdicts made from it, a failed or
+    # undecided one as a visible warning
+    assert "Verdicts on this run, made later" in text and "Inconclusive because" in text
     at.selectbox(key="pcfg_source").set_value("hand").run()
     assert not at.exception, at.exception
     at.selectbox(key="pcfg_source").set_value("custom (edit rules)").run()

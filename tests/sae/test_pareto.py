@@ -146,3 +146,6 @@ def test_sae_pareto_experiment_smoke(tmp_path):
     assert len(res.table) == len(runs) and res.config["steps"] == 8
     for f in ("log2_mse", "delta_ce_response"):
         assert (path / "figures" / f"pareto_{f}.plotly.json").exists()
+    report = load_run(path).validity()    # issue 46: the run judges itself (2 seeds: too few)
+    assert report is not None and set(report.outcomes.values()) == {"inconclusive"}
+    assert set(report.failed_checks["kind"]) >= {"sampling_units"}

@@ -8,10 +8,12 @@ import json
 import pandas as pd
 import pytest
 
-from tests.real_model_docs import ROOT, doc_section, run_dir
+from tests.real_model_docs import ROOT, doc_section, run_dir, validity_report
 PARETO = ("sae-pareto", "topk32-2seeds")
 STEER = ("sae-steer-sweep", "fast-seed0-im_start")
 STEER_NULL = ("sae-steer-sweep", "fast-seed0-random-feature")   # the null: a random live feature
+EVAL = ("sae-eval", "fast-seed0-conventions")          # the shipped SAE under every convention
+VERDICTS = ("sae-verdicts", "pareto-and-steering")     # the verdicts of the runs above
 METHODS = ("FAST", "BT(F)", "BT(P)")
 EVALS = {"fast": "FAST (per dialogue)", "packed": "packed blocks"}
 SHIPPED_SAE = "topk_k=32_fast_seed0"
@@ -156,6 +158,38 @@ def template_rows() -> list[str]:
     return rows
 
 
+# ---- position conventions (issue 46) ---------------------------------------------------------
+CONVENTION_NAMES = {"interplab_positions": "interplab's positions (sink left out)",
+                    "saelens_positions": "SAELens's positions (special tokens left out)",
+                    "all_tokens": "all tokens (nothing left out)"}
+
+
+def convention_rows() -> list[str]:
+    """The conventions table: one row per position set of the committed sae-eval run, the answers
+    row from its metrics, and SAELens's own run_evals on the same tokens."""
+    d = run_dir(*EVAL)
+    conv = pd.read_csv(d / "tables" / "conventions.csv").set_index("convention")
+    met = pd.read_csv(d / "tables" / "metrics.csv").iloc[0]
+    ref = json.loads((d / "json" / "saelens_run_evals.json").read_text())
+    rows = []
+    for c, label in CONVENTION_NAMES.items():
+        r = conv.loc[c]
+        rows.append(f"| {label} | {int(r['n_positions']):,} | {r['mse_sum_d']:.1f} | "
+                    f"{r['ce_clean']:.4f} | "
+                    f"{r['ce_sae']:.4f} | {r['delta_loss_pct']:.2f} % | {r['ce_loss_score']:.5f} | "
+                    f"{r['kl_sae']:.4f} |")
+    rows.append(f"| assistant answers (interplab) | {int(met['n_tokens_response']):,} | — | "
+                f"{met['ce_clean_response']:.4f} | {met['ce_sae_response']:.4f} | "
+                f"{met['delta_loss_pct_response']:.2f} % | {met['ce_loss_score_response']:.5f} | "
+                f"{met['kl_sae_response']:.4f} |")
+    dl = (ref["ce_loss_with_sae"] - ref["ce_loss_without_sae"]) / ref["ce_loss_without_sae"] * 100
+    rows.append(f"| SAELens `run_evals`, same tokens | — | {ref['mse']:.1f} | "
+                f"{ref['ce_loss_without_sae']:.4f} | "
+                f"{ref['ce_loss_with_sae']:.4f} | {dl:.2f} % | {ref['ce_loss_score']:.5f} | "
+                f"{ref['kl_div_with_sae']:.4f} |")
+    return rows
+
+
 # ---- tests -------------------------------------------------------------------------------------------------------
 def _missing(rows: list[str]) -> list[str]:
     text = section()
@@ -187,6 +221,20 @@ def test_template_token_rows_equal_the_committed_replies():
     assert not _missing(rows), "\n".join(_missing(rows))
 
 
+def test_convention_rows_equal_the_committed_sae_eval_run():
+    rows = convention_rows()
+    assert len(rows) == 5
+    assert not _missing(rows), "\n".join(_missing(rows))
+
+
+def test_claim_table_equals_the_committed_validity_reports():
+    """The claim table (claim | measured | validity checks | verdict) is the committed runs'
+    reports, row for row."""
+    from tests.real_model_docs import assert_claim_table
+
+    assert_claim_table(section(), run_dir(*VERDICTS), run_dir(*EVAL))
+
+
 @pytest.mark.parametrize("numbers", [clean_numbers, steer_numbers])
 def test_quoted_numbers_equal_the_outputs(numbers):
     text = section()
@@ -198,7 +246,7 @@ def test_committed_runs_are_complete_and_ship_one_sae():
     from interplab.results.runs import run_problems
     from interplab.zoo import shipped_saes
 
-    for kind, label in (PARETO, STEER, STEER_NULL):
+    for kind, label in (PARETO, STEER, STEER_NULL, EVAL, VERDICTS):
         d = run_dir(kind, label)
         assert run_problems(d) == [], (d, run_problems(d))
         assert (d.parent / "README.md").is_file()   # one README per results/<kind>-smollm2/ folder
@@ -224,8 +272,19 @@ def test_readme_quotes_equal_the_outputs():
     n = clean_numbers()
     packed = pd.read_csv(run_dir(*PARETO) / "tables" / "matched_l0.csv")
     r = packed[(packed["eval"] == "packed") & (packed["method"] == "BT(F)")].iloc[0]
-    quotes = [n[f"log2 MSE_st fast {m}"] for m in METHODS] + [n[f"delta_loss range fast {m}"] for m in METHODS[:2]]
+    quotes = [n[f"log2 MSE_st fast {m}"] for m in METHODS]
     quotes.append(ci(r["fast_minus_log2_mse_mean"], r["fast_minus_log2_mse_lo"], r["fast_minus_log2_mse_hi"], "+.3f"))
+    conv = pd.read_csv(run_dir(*EVAL) / "tables" / "conventions.csv").set_index("convention")
+    met = pd.read_csv(run_dir(*EVAL) / "tables" / "metrics.csv").iloc[0]
+    ref = json.loads((run_dir(*EVAL) / "json" / "saelens_run_evals.json").read_text())
+    quotes += [f"{met['delta_loss_pct_response']:.2f} %", f"{ref['mse']:.1f}",
+               f"{ref['ce_loss_score']:.5f}"]
+    quotes += [f"{conv.loc[c, 'delta_loss_pct']:.2f} %" for c in CONVENTION_NAMES]
+    outcomes = (validity_report(run_dir(*VERDICTS)).outcomes
+                | validity_report(run_dir(*EVAL)).outcomes)
+    # the README quotes a verdict only as the committed reports give it
+    assert set(outcomes.values()) == {"inconclusive", "not reproduced", "reproduced"}
+    quotes += ["**inconclusive**", "**does not reproduce**"]
     flat = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert "sae-pareto-smollm2" in flat
     missing = [q for q in quotes if q not in flat]

@@ -155,3 +155,6 @@ def test_sae_page_shows_the_smollm2_pareto_run_for_smollm2(monkeypatch, tmp_path
     box = at.selectbox(key="sae_pareto_run")
     assert box.value.endswith("results/sae-pareto-smollm2/topk32-2seeds"), box.options
     assert "sae_pareto_fig__chart" in [c.key for c in at.get("plotly_chart")]
+    # issue 46: the verdicts sae-verdicts made from this run, each failed check a visible warning
+    assert any("Verdicts on this run, made later" in c.value for c in at.caption)
+    assert any("Inconclusive because sampling_units" in w.value for w in at.warning)

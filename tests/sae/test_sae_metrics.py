@@ -111,7 +111,7 @@ def test_reconstruction_metrics_hand_computed():
     assert r["log2_mse"] == pytest.approx(math.log2((5 / 3 + 1) / 4))
     # token-weighted differs: (1+0+4+1)/(4 tokens * 2)
     assert r["mse_token_weighted"] == pytest.approx(6 / 8)
-    assert r["mse_saelens"] == pytest.approx(6 / 4)
+    assert r["mse_sum_d"] == pytest.approx(6 / 4)
     assert r["mse"] != pytest.approx(r["mse_token_weighted"])
     # special: only sequence 1 has id 9 at position 0 with error 1 -> 1/(1*2)
     assert r["mse_special"] == pytest.approx(0.5) and r["n_sequences_special"] == 1

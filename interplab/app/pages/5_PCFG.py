@@ -274,6 +274,11 @@ from interplab.app.widgets import saved_result  # noqa: E402
 
 sweep = saved_result("pcfg-depth-sweep", "sweep", "pcfg_sweep_run", label="Saved depth-sweep run",
                      hint=" (about half an hour on one CPU thread; `--set steps=...` to change the budget)")
+if sweep is not None:   # saved before runs checked themselves: pcfg-verdicts made its verdicts
+    from interplab.app.widgets import later_verdicts
+
+    later_verdicts("pcfg-verdicts", st.session_state.get("pcfg_sweep_run"),
+                   key="pcfg_sweep_later_verdicts")
 if sweep is not None:
     from interplab.figures.pcfg import kl_depth_seeds_figure, lstar_depth_seeds_figure
 

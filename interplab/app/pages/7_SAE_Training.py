@@ -268,6 +268,11 @@ from interplab.experiments.sae_pareto import matched_l0, pareto_summary  # noqa:
 
 pareto = saved_result("sae-pareto", "pareto", "sae_pareto_run", label="Saved sae-pareto run",
                       prefer_model=name)   # the SmolLM2 run first when SmolLM2 is the page's model
+if pareto is not None:   # saved before runs checked themselves: sae-verdicts made its verdicts
+    from interplab.app.widgets import later_verdicts
+
+    later_verdicts("sae-verdicts", st.session_state.get("sae_pareto_run"),
+                   key="sae_pareto_later_verdicts")
 if pareto is not None:
     from interplab.figures.sae import METRIC_LABELS, pareto_figure
 

@@ -101,7 +101,7 @@ def test_fact_verdicts_name_the_planted_head_and_layer_on_held_out_pairs():
     assert not set(sel) & set(score) and len(sel) + len(score) == 48
     v = fact_verdicts(st)
     assert [x.claim for x in v[:2]] == [
-        "one head, L2H3, carries the recall (top attn_z patching head)",
+        "L2H3 is the top recall head: patched alone (attn_z) it restores the most of the logit difference",
         "the recall moves from the subject's last token to the last token between L3 and L4"]
     assert all(x.outcome == "reproduced" and not x.failed for x in v[:3])
     assert "rank 1 of 48 heads" in v[0].measured and "24 held-out pairs" in v[0].measured

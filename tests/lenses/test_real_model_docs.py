@@ -9,10 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from interplab.results.runs import shipped_runs
+from tests.real_model_docs import assert_claim_table, doc_section
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "lenses.md"
 MODELS = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma-3-270M"}
+SECTION = "## On a real model: SmolLM2-135M-Instruct and Gemma-3-270M over 50 fact pairs"
 
 
 def fact_runs() -> dict[str, Path]:
@@ -90,13 +92,14 @@ def stability_rows() -> list[str]:
 
 
 def agreement_rows() -> list[str]:
+    """Head-map agreement: raw ρ (interval over pairs), the layer-partialled ρ with its within-layer p and Holm p."""
     rows = []
     for key, d in sorted(fact_runs().items(), reverse=True):
         m = pd.read_csv(d / "tables" / "map_agreement.csv")
         for r in m.itertuples():
             rows.append(f"| {MODELS[key]} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} [{r.rho_lo:+.2f}, {r.rho_hi:+.2f}] | "
-                        f"{r.p_perm:.2g} | {r.overlap:.1f} [{r.overlap_lo:.1f}, {r.overlap_hi:.1f}] | "
-                        f"{r.chance_overlap:.3f} |")
+                        f"{r.rho_partial:+.2f} | {r.p_partial:.2g} | {r.p_holm:.2g} | "
+                        f"{r.overlap:.1f} [{r.overlap_lo:.1f}, {r.overlap_hi:.1f}] | {r.chance_overlap:.3f} |")
     return rows
 
 
@@ -110,12 +113,17 @@ def attribution_rows() -> list[str]:
     return rows
 
 
+def atlas_run() -> Path:
+    return [d for d in shipped_runs("atlas") if d.parent.name == "atlas-smollm2"][-1]
+
+
 def atlas_rows() -> list[str]:
-    """The SmolLM2 atlas (`interplab run atlas --set models=real:smollm2-135m-instruct`): its agreement table."""
-    d = [d for d in shipped_runs("atlas") if d.parent.name == "atlas-smollm2"][-1]
-    a = pd.read_csv(d / "tables" / "agreement.csv")
-    return [f"| {r.axis} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} [{r.lo:+.2f}, {r.hi:+.2f}] | {r.p:.2g} | {r.n} | "
-            f"{'–' if pd.isna(r.topk_overlap) else f'{r.topk_overlap:.1f}'} |" for r in a.itertuples()]
+    """The SmolLM2 atlas (`interplab run atlas --set models=real:smollm2-135m-instruct`): its agreement table, raw
+    ρ beside the depth-partialled ρ, its p against the layer-structure null, the Holm p and the effective units."""
+    a = pd.read_csv(atlas_run() / "tables" / "agreement.csv")
+    return [f"| {r.axis} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} | {r.rho_partial:+.2f} | {r.p_partial:.2g} | "
+            f"{r.p_holm:.2g} | {r.n} ({r.n_eff:.1f}) | {'–' if pd.isna(r.topk_overlap) else f'{r.topk_overlap:.1f}'} |"
+            for r in a.itertuples()]
 
 
 def all_rows() -> list[str]:
@@ -131,6 +139,13 @@ def test_docs_quote_the_runs():
     doc = DOC.read_text()
     for line in all_rows():
         assert line in doc, f"docs/lenses.md lacks the row {line!r}"
+
+
+def test_claim_tables_are_the_runs_validity_reports():
+    """The claim tables (claim | measured | validity checks | verdict) are the saved reports of the three runs."""
+    section = doc_section("lenses.md", SECTION)
+    runs = [fact_runs()["smollm2"], fact_runs()["gemma3"], atlas_run()]
+    assert_claim_table(section, *runs)
 
 
 def smollm2_quotes() -> list[str]:
@@ -153,7 +168,11 @@ def smollm2_quotes() -> list[str]:
             f"L{p0['layer']}H{p0['head']} alone restores {p0['mean']:.2f} [{p0['lo']:.2f}, {p0['hi']:.2f}]",
             f"(+{d0['mean']:.2f} logits)", f"share {round(pd_['overlap'] * pd_['k'])} heads (chance "
             f"{pd_['chance_overlap'] * pd_['k']:.1f} of a head)", f"(ρ {pd_['rho']:.2f})",
-            f"ρ(|patching|, S) = {m(pt['rho'])} [{m(pt['rho_lo'])}, {m(pt['rho_hi'])}], p = {pt['p_perm']:.3f}",
+            f"ρ(|patching|, S) with the layer partialled out is {m(pt['rho_partial'])} (p {pt['p_partial']:.2g} with "
+            f"heads permuted within layers, Holm p {pt['p_holm']:.2g})",
+            f"the raw ρ is {m(pt['rho'])} [{m(pt['rho_lo'])}, {m(pt['rho_hi'])}]",
+            f"(ρ {pd_['rho_partial']:+.2f} with the layer partialled out, Holm p {pd_['p_holm']:.2g})",
+            *held_out_quotes(d, "L23H4 +{m:.2f} [{lo:+.2f}, {hi:+.2f}] on {n} pairs"),
             f"Spearman {at[('attn_z', 'gradient')]:.2f}; resid_pre {at[('resid_pre', 'gradient')]:.2f})",
             f"({at[('attn_z', 'ig')]:.2f}; resid_pre {at[('resid_pre', 'ig')]:.2f})"]
 
@@ -174,9 +193,24 @@ def gemma_quotes() -> list[str]:
             f"carried by L{p.iloc[0]['layer']}H{p.iloc[0]['head']} ({p.iloc[0]['mean']:.2f} [{p.iloc[0]['lo']:.2f}, "
             f"{p.iloc[0]['hi']:.2f}] alone), with L{p.iloc[1]['layer']}H{p.iloc[1]['head']} and "
             f"L{p.iloc[2]['layer']}H{p.iloc[2]['head']} next",
-            f"(ρ {ag.loc[('patching', 'dla'), 'rho']:.2f} over its 72 heads)",
             f"(+{dla0['mean']:.2f} for L{dla0['layer']}H{dla0['head']})",
-            f"(ρ {pt['rho']:.2f} with patching, p {pt['p_perm']:.2f}, on 72 heads)".replace("-", "−")]
+            f"(ρ {ag.loc[('patching', 'dla'), 'rho']:.2f} over its 72 heads; {ag.loc[('patching', 'dla'), 'rho_partial']:+.2f} "
+            f"within layers, Holm p {ag.loc[('patching', 'dla'), 'p_holm']:.2g})",
+            f"(raw ρ {pt['rho']:.2f} with patching; {pt['rho_partial']:+.2f} within layers, Holm p {pt['p_holm']:.2g}, "
+            f"on 72 heads)".replace("-", "−"),
+            *held_out_quotes(d, "Gemma's L12H2 +{m:.2f}")]
+
+
+def held_out_quotes(d: Path, fmt: str) -> list[str]:
+    """The recall head's held-out effect as the prose quotes it, from the run's validity report."""
+    import re
+
+    from tests.real_model_docs import validity_report
+
+    v = next(v for v in validity_report(d).verdict_list() if "top recall head" in v.claim)
+    got = re.search(r"on (\d+) held-out pairs it restores ([+-][\d.]+) \[([+-][\d.]+), ([+-][\d.]+)\]", v.measured)
+    n, m, lo, hi = int(got[1]), float(got[2]), float(got[3]), float(got[4])
+    return [fmt.format(n=n, m=m, lo=lo, hi=hi)]
 
 
 def test_docs_prose_quotes_the_runs():

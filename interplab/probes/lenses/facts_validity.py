@@ -85,7 +85,8 @@ def recall_head(study, *, held_out: bool = True, min_units: int = 20) -> V.Verdi
                                   subject="normalised attn_z patching (0 = corrupt run, 1 = clean run)"))
     where = f"on {len(score)} held-out pairs" if held_out else f"on the same {len(score)} pairs"
     return V.Verdict(
-        method="lenses", claim=f"one head, L{layer}H{head}, carries the recall (top attn_z patching head)",
+        method="lenses", claim=f"L{layer}H{head} is the top recall head: patched alone (attn_z) it restores "
+                                      "the most of the logit difference",
         measured=f"chosen on {len(sel)} pairs; {where} it restores {m:+.2f} [{lo:+.2f}, {hi:+.2f}] of the logit "
                  f"difference alone, rank {rank} of {L * H} heads",
         supported=supported, checks=tuple(checks),

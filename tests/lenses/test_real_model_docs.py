@@ -213,9 +213,28 @@ def held_out_quotes(d: Path, fmt: str) -> list[str]:
     return [fmt.format(n=n, m=m, lo=lo, hi=hi)]
 
 
+def atlas_quotes() -> list[str]:
+    """The SmolLM2 atlas prose: the pair's span, the raw profiles' effective n and the depth-partialled layer row."""
+    import json
+
+    from interplab.core.result import Result
+    from interplab.probes import stats
+
+    d = atlas_run()
+    a = Result.load_any(d / "atlas_smollm2-135m-instruct")
+    lay = a.agreement.set_index(["map_a", "map_b"]).loc[("pr", "patching_resid")]
+    raw = stats.effective_n(stats.rankdata(a.layer_maps["pr"]), stats.rankdata(a.layer_maps["patching_resid"]))
+    dur = json.loads((d / "run.json").read_text())["duration_s"]
+    return [f"`results/atlas-smollm2/defaults`, {dur:.0f} s)",
+            f"(clean − corrupt logit difference {a.lens_metrics['clean'] - a.lens_metrics['corrupt']:.2f})",
+            f"(the raw profiles are worth {raw:.1f} independent points)",
+            f"With the depth partialled out ρ is {lay.rho_partial:+.2f}, p {lay.p_partial:.2g} against phase "
+            f"surrogates, Holm p {lay.p_holm:.2g}", f"The detrended profiles are worth {lay.n_eff:.1f} layers"]
+
+
 def test_docs_prose_quotes_the_runs():
     flat = " ".join(DOC.read_text().split())
-    for q in smollm2_quotes() + gemma_quotes():
+    for q in smollm2_quotes() + gemma_quotes() + atlas_quotes():
         assert q in flat, f"docs/lenses.md does not quote {q!r}"
 
 

@@ -126,8 +126,11 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
         key = _key(name)
         run.save_result(f"atlas_{key}", a)
         # one report per run: with several models each claim names its model
-        verdicts += [v if len(cfg.models) == 1 else Verdict(v.method, f"{key}: {v.claim}", v.measured, v.supported,
-                                                            v.checks, v.note) for v in atlas_verdicts(a)]
+        for v in atlas_verdicts(a):
+            if len(cfg.models) > 1:
+                v = Verdict(v.method, f"{key}: {v.claim}", v.measured, v.supported, v.checks,
+                            v.note)
+            verdicts.append(v)
         for t in tables:
             df = getattr(a, t)
             if len(df):

@@ -47,10 +47,10 @@ class FactLensExpConfig:
                                                                "run of this model, if there is one), a truth-scores "
                                                                "run folder, or '' (none)"})
     batch_size: int = field(default=32, metadata={"help": "patched copies of a prompt per forward"})
-    from_run: str = field(default="", metadata={"help": "a lenses-facts run folder whose saved per-pair reads "
-                                                        "(`study`) are re-aggregated instead of running the model "
-                                                        "(same model, sites, ig_steps and min_span; top_k, n_boot, "
-                                                        "n_splits and seed apply)"})
+    from_run: str = field(default="", metadata={
+        "help": "a lenses-facts run folder whose saved per-pair reads (`study`) are re-aggregated "
+                "instead of running the model (same model, sites, ig_steps and min_span; top_k, "
+                "n_boot, n_splits and seed apply)"})
     device: str = field(default="cpu", metadata={"help": "device"})
     dtype: str = field(default="float32", metadata={"help": "model dtype"})
 
@@ -154,8 +154,9 @@ def truth_map(cfg: FactLensExpConfig, shape: tuple[int, int]):
 
 
 def reuse_study(cfg: FactLensExpConfig):
-    """(study, source note) of `cfg.from_run`: the saved per-pair reads of an earlier lenses-facts run, with this
-    config's aggregate settings (top_k, n_boot, n_splits, seed). The settings that shaped the reads must match."""
+    """(study, source note) of `cfg.from_run`: the saved per-pair reads of an earlier lenses-facts
+    run, with this config's aggregate settings (top_k, n_boot, n_splits, seed). The settings that
+    shaped the reads must match."""
     import dataclasses
     from pathlib import Path
 
@@ -163,19 +164,19 @@ def reuse_study(cfg: FactLensExpConfig):
 
     d = Path(cfg.from_run).expanduser()
     if not (d / "study").is_dir():
-        raise ConfigError(f"from_run={cfg.from_run!r} is not a lenses-facts run folder with a saved `study` (give a "
-                          "run made by `interplab run lenses-facts`)")
+        raise ConfigError(f"from_run={cfg.from_run!r} is not a lenses-facts run folder with a "
+                          "saved `study` (give a run made by `interplab run lenses-facts`)")
     old = load_run(d)
     study = old.result("study")
     if not _same_model(str(study.model), cfg.model):
-        raise ConfigError(f"from_run={cfg.from_run!r} studied {study.model}, not model={cfg.model!r}: set model to "
-                          "the run's model")
+        raise ConfigError(f"from_run={cfg.from_run!r} studied {study.model}, not "
+                          f"model={cfg.model!r}: set model to the run's model")
     sc = study.config
-    clash = {k: (getattr(sc, k), v) for k, v in (("sites", list(cfg.sites)), ("ig_steps", cfg.ig_steps),
-                                                  ("min_span", cfg.min_span)) if getattr(sc, k) != v}
+    asked = {"sites": list(cfg.sites), "ig_steps": cfg.ig_steps, "min_span": cfg.min_span}
+    clash = {k: (getattr(sc, k), v) for k, v in asked.items() if getattr(sc, k) != v}
     if clash:
-        raise ConfigError(f"from_run={cfg.from_run!r} read its pairs with other settings {clash} (saved, asked): "
-                          "set them as the run did, or run the model again")
+        raise ConfigError(f"from_run={cfg.from_run!r} read its pairs with other settings {clash} "
+                          "(saved, asked): set them as the run did, or run the model again")
     study = dataclasses.replace(study, config=dataclasses.replace(
         sc, top_k=cfg.top_k, n_boot=cfg.n_boot, n_splits=cfg.n_splits, seed=cfg.seed).validate())
     before = old.json("summary") if "summary" in old.json_names else {}
@@ -200,7 +201,8 @@ def lenses_facts(cfg: FactLensExpConfig, run) -> None:
     if cfg.from_run:
         study, source = reuse_study(cfg)
     else:
-        model = interplab.load_model(cfg.model, backend=cfg.backend, device=cfg.device, dtype=cfg.dtype)
+        model = interplab.load_model(cfg.model, backend=cfg.backend, device=cfg.device,
+                                     dtype=cfg.dtype)
         pairs, source = build_pairs(cfg, model)
         study = fact_lens_study(model, pairs, study_cfg)
     run.save_result("study", study)

@@ -385,7 +385,8 @@ def effective_n(a, b, *, max_lag: int | None = None) -> float:
     def acf(x):
         x = x - x.mean()
         den = float(x @ x)
-        return np.array([float(x[:-j] @ x[j:]) / den if den > 0 else 0.0 for j in range(1, lag + 1)])
+        return np.array([float(x[:-j] @ x[j:]) / den if den > 0 else 0.0
+                         for j in range(1, lag + 1)])
     inv = 1 / n + 2 / n * float((acf(a) * acf(b)).sum())
     return float(np.clip(1 / inv if inv > 0 else n, 2, n))
 

@@ -113,8 +113,10 @@ def test_atlas_on_toy_chat_runs_every_method_and_agreement_matches_its_definitio
     assert row["lo"] <= row["rho"] <= row["hi"]
     # the depth-partialled reading: ranks centred within each layer; Holm can only raise the p
     L, H = a.head_maps["patching"].shape
-    assert np.isclose(row["rho_partial"], stats.partial_spearman(np.abs(a.head_maps["patching"]),
-                                                                 np.abs(a.head_maps["dla"]), np.repeat(np.eye(L), H, 0)))
+    layer = np.repeat(np.eye(L), H, 0)
+    want = stats.partial_spearman(np.abs(a.head_maps["patching"]), np.abs(a.head_maps["dla"]),
+                                  layer)
+    assert np.isclose(row["rho_partial"], want)
     assert row["p_holm"] >= row["p_partial"] and row["n_eff"] == L * (H - 1)
     # overlaps: recomputed from the stored directions
     ov = a.overlaps.set_index(["a", "b"])

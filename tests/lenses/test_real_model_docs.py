@@ -92,14 +92,16 @@ def stability_rows() -> list[str]:
 
 
 def agreement_rows() -> list[str]:
-    """Head-map agreement: raw ρ (interval over pairs), the layer-partialled ρ with its within-layer p and Holm p."""
+    """Head-map agreement: raw ρ (interval over pairs), the layer-partialled ρ with its
+    within-layer p and Holm p."""
     rows = []
     for key, d in sorted(fact_runs().items(), reverse=True):
         m = pd.read_csv(d / "tables" / "map_agreement.csv")
         for r in m.itertuples():
-            rows.append(f"| {MODELS[key]} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} [{r.rho_lo:+.2f}, {r.rho_hi:+.2f}] | "
-                        f"{r.rho_partial:+.2f} | {r.p_partial:.2g} | {r.p_holm:.2g} | "
-                        f"{r.overlap:.1f} [{r.overlap_lo:.1f}, {r.overlap_hi:.1f}] | {r.chance_overlap:.3f} |")
+            rows.append(f"| {MODELS[key]} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} "
+                        f"[{r.rho_lo:+.2f}, {r.rho_hi:+.2f}] | {r.rho_partial:+.2f} | "
+                        f"{r.p_partial:.2g} | {r.p_holm:.2g} | {r.overlap:.1f} "
+                        f"[{r.overlap_lo:.1f}, {r.overlap_hi:.1f}] | {r.chance_overlap:.3f} |")
     return rows
 
 
@@ -118,12 +120,16 @@ def atlas_run() -> Path:
 
 
 def atlas_rows() -> list[str]:
-    """The SmolLM2 atlas (`interplab run atlas --set models=real:smollm2-135m-instruct`): its agreement table, raw
-    ρ beside the depth-partialled ρ, its p against the layer-structure null, the Holm p and the effective units."""
+    """The SmolLM2 atlas (`interplab run atlas --set models=real:smollm2-135m-instruct`): its
+    agreement table, raw ρ beside the depth-partialled ρ, its p against the layer-structure null,
+    the Holm p and the effective units."""
     a = pd.read_csv(atlas_run() / "tables" / "agreement.csv")
-    return [f"| {r.axis} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} | {r.rho_partial:+.2f} | {r.p_partial:.2g} | "
-            f"{r.p_holm:.2g} | {r.n} ({r.n_eff:.1f}) | {'–' if pd.isna(r.topk_overlap) else f'{r.topk_overlap:.1f}'} |"
-            for r in a.itertuples()]
+    rows = []
+    for r in a.itertuples():
+        top = "–" if pd.isna(r.topk_overlap) else f"{r.topk_overlap:.1f}"
+        rows.append(f"| {r.axis} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} | {r.rho_partial:+.2f} | "
+                    f"{r.p_partial:.2g} | {r.p_holm:.2g} | {r.n} ({r.n_eff:.1f}) | {top} |")
+    return rows
 
 
 def all_rows() -> list[str]:
@@ -142,7 +148,8 @@ def test_docs_quote_the_runs():
 
 
 def test_claim_tables_are_the_runs_validity_reports():
-    """The claim tables (claim | measured | validity checks | verdict) are the saved reports of the three runs."""
+    """The claim tables (claim | measured | validity checks | verdict) are the saved reports of
+    the three runs."""
     section = doc_section("lenses.md", SECTION)
     runs = [fact_runs()["smollm2"], fact_runs()["gemma3"], atlas_run()]
     assert_claim_table(section, *runs)
@@ -168,10 +175,12 @@ def smollm2_quotes() -> list[str]:
             f"L{p0['layer']}H{p0['head']} alone restores {p0['mean']:.2f} [{p0['lo']:.2f}, {p0['hi']:.2f}]",
             f"(+{d0['mean']:.2f} logits)", f"share {round(pd_['overlap'] * pd_['k'])} heads (chance "
             f"{pd_['chance_overlap'] * pd_['k']:.1f} of a head)", f"(ρ {pd_['rho']:.2f})",
-            f"ρ(|patching|, S) with the layer partialled out is {m(pt['rho_partial'])} (p {pt['p_partial']:.2g} with "
-            f"heads permuted within layers, Holm p {pt['p_holm']:.2g})",
+            f"ρ(|patching|, S) with the layer partialled out is {m(pt['rho_partial'])} "
+            f"(p {pt['p_partial']:.2g} with heads permuted within layers, Holm p "
+            f"{pt['p_holm']:.2g})",
             f"the raw ρ is {m(pt['rho'])} [{m(pt['rho_lo'])}, {m(pt['rho_hi'])}]",
-            f"(ρ {pd_['rho_partial']:+.2f} with the layer partialled out, Holm p {pd_['p_holm']:.2g})",
+            f"(ρ {pd_['rho_partial']:+.2f} with the layer partialled out, Holm p "
+            f"{pd_['p_holm']:.2g})",
             *held_out_quotes(d, "L23H4 +{m:.2f} [{lo:+.2f}, {hi:+.2f}] on {n} pairs"),
             f"Spearman {at[('attn_z', 'gradient')]:.2f}; resid_pre {at[('resid_pre', 'gradient')]:.2f})",
             f"({at[('attn_z', 'ig')]:.2f}; resid_pre {at[('resid_pre', 'ig')]:.2f})"]
@@ -187,17 +196,17 @@ def gemma_quotes() -> list[str]:
     p = top[top["map"] == "patching"]
     dla0 = top[top["map"] == "dla"].iloc[0]
     ag = pd.read_csv(d / "tables" / "map_agreement.csv").set_index(["map_a", "map_b"])
-    pt = ag.loc[("patching", "truth")]
+    pt, pdl = ag.loc[("patching", "truth")], ag.loc[("patching", "dla")]
     return [f"(median rank {r.loc[12, 'median']:.1f}; {r.loc[11, 'median']:.0f} after layer 11)",
             f"token ({sub[12]:.2f} at L12) to the last token ({last[13]:.2f} at L13)",
             f"carried by L{p.iloc[0]['layer']}H{p.iloc[0]['head']} ({p.iloc[0]['mean']:.2f} [{p.iloc[0]['lo']:.2f}, "
             f"{p.iloc[0]['hi']:.2f}] alone), with L{p.iloc[1]['layer']}H{p.iloc[1]['head']} and "
             f"L{p.iloc[2]['layer']}H{p.iloc[2]['head']} next",
             f"(+{dla0['mean']:.2f} for L{dla0['layer']}H{dla0['head']})",
-            f"(ρ {ag.loc[('patching', 'dla'), 'rho']:.2f} over its 72 heads; {ag.loc[('patching', 'dla'), 'rho_partial']:+.2f} "
-            f"within layers, Holm p {ag.loc[('patching', 'dla'), 'p_holm']:.2g})",
-            f"(raw ρ {pt['rho']:.2f} with patching; {pt['rho_partial']:+.2f} within layers, Holm p {pt['p_holm']:.2g}, "
-            f"on 72 heads)".replace("-", "−"),
+            f"(ρ {pdl['rho']:.2f} over its 72 heads; {pdl['rho_partial']:+.2f} within layers, "
+            f"Holm p {pdl['p_holm']:.2g})",
+            f"(raw ρ {pt['rho']:.2f} with patching; {pt['rho_partial']:+.2f} within layers, "
+            f"Holm p {pt['p_holm']:.2g}, on 72 heads)".replace("-", "−"),
             *held_out_quotes(d, "Gemma's L12H2 +{m:.2f}")]
 
 
@@ -208,13 +217,15 @@ def held_out_quotes(d: Path, fmt: str) -> list[str]:
     from tests.real_model_docs import validity_report
 
     v = next(v for v in validity_report(d).verdict_list() if "top recall head" in v.claim)
-    got = re.search(r"on (\d+) held-out pairs it restores ([+-][\d.]+) \[([+-][\d.]+), ([+-][\d.]+)\]", v.measured)
+    num = r"([+-][\d.]+)"
+    got = re.search(rf"on (\d+) held-out pairs it restores {num} \[{num}, {num}\]", v.measured)
     n, m, lo, hi = int(got[1]), float(got[2]), float(got[3]), float(got[4])
     return [fmt.format(n=n, m=m, lo=lo, hi=hi)]
 
 
 def atlas_quotes() -> list[str]:
-    """The SmolLM2 atlas prose: the pair's span, the raw profiles' effective n and the depth-partialled layer row."""
+    """The SmolLM2 atlas prose: the pair's span, the raw profiles' effective n and the
+    depth-partialled layer row."""
     import json
 
     from interplab.core.result import Result
@@ -223,13 +234,16 @@ def atlas_quotes() -> list[str]:
     d = atlas_run()
     a = Result.load_any(d / "atlas_smollm2-135m-instruct")
     lay = a.agreement.set_index(["map_a", "map_b"]).loc[("pr", "patching_resid")]
-    raw = stats.effective_n(stats.rankdata(a.layer_maps["pr"]), stats.rankdata(a.layer_maps["patching_resid"]))
+    pr, patching = (stats.rankdata(a.layer_maps[k]) for k in ("pr", "patching_resid"))
+    raw = stats.effective_n(pr, patching)
     dur = json.loads((d / "run.json").read_text())["duration_s"]
     return [f"`results/atlas-smollm2/defaults`, {dur:.0f} s)",
-            f"(clean − corrupt logit difference {a.lens_metrics['clean'] - a.lens_metrics['corrupt']:.2f})",
+            f"(clean − corrupt logit difference "
+            f"{a.lens_metrics['clean'] - a.lens_metrics['corrupt']:.2f})",
             f"(the raw profiles are worth {raw:.1f} independent points)",
-            f"With the depth partialled out ρ is {lay.rho_partial:+.2f}, p {lay.p_partial:.2g} against phase "
-            f"surrogates, Holm p {lay.p_holm:.2g}", f"The detrended profiles are worth {lay.n_eff:.1f} layers"]
+            f"With the depth partialled out ρ is {lay.rho_partial:+.2f}, p {lay.p_partial:.2g} "
+            f"against phase surrogates, Holm p {lay.p_holm:.2g}",
+            f"The detrended profiles are worth {lay.n_eff:.1f} layers"]
 
 
 def test_docs_prose_quotes_the_runs():

@@ -10,10 +10,12 @@
   each against a Haar-random subspace of the same dimension.
 
 Agreement between maps is Spearman's ρ with a bootstrap interval and a permutation p (`stats.spearman_interval`)
-plus the top-k overlap, and the same ρ with depth partialled out against a null that keeps the layer structure
-(heads permuted within their layer; phase-randomised layer profiles), Holm-corrected over the pairs
-(`map_agreement`); `probes.lenses.atlas_validity.atlas_verdicts` turns it into verdicts. On a validation organism (`interplab.zoo.validation`) the planted truth is scored in
-`Atlas.planted`. A method that does not apply to the model is listed in `Atlas.unavailable` with its reason.
+plus the top-k overlap, and the same ρ with depth partialled out against a null that keeps the
+layer structure (heads permuted within their layer; phase-randomised layer profiles),
+Holm-corrected over the pairs (`map_agreement`); `probes.lenses.atlas_validity.atlas_verdicts`
+turns it into verdicts. On a validation organism (`interplab.zoo.validation`) the planted truth is
+scored in `Atlas.planted`. A method that does not apply to the model is listed in
+`Atlas.unavailable` with its reason.
 
 The atlas imports no method: each method declares what it adds (maps, directions, its data, its planted check) as
 an `AtlasPart` (`interplab.probes.atlas_contract`) named by its `MethodSpec.atlas`, and the atlas resolves the parts
@@ -121,13 +123,14 @@ class Atlas(Result):
     (pr, pr_change, patching_resid). directions: name -> [d_model, k] columns (decodeshare: orthonormal basis;
     crh_axis: [d, 1]; crh_plane: [d, 2]) read at `site`; the SAE's decoder rows enter the overlaps but are not
     stored (sae_name: the shipped SAE folder they came from, "" = none).
-    agreement: one row per pair of maps (`map_agreement`: axis, map_a, map_b, rho, lo, hi, p, n, topk_overlap and
-    the depth-partialled rho_partial, p_partial, p_iid, null, n_eff, p_holm, correction).
+    agreement: one row per pair of maps (`map_agreement`: axis, map_a, map_b, rho, lo, hi, p, n,
+    topk_overlap and the depth-partialled rho_partial, p_partial, p_iid, null, n_eff, p_holm,
+    correction).
     overlaps: one row per pair of direction sets (a, b, k_a, k_b, max_cos, angle_deg, best, baseline_max_cos).
     planted: ground-truth checks on a validation organism (check, method, value, target, passed); empty otherwise.
     unavailable: method -> why it does not apply to this model. planted_heads: [(layer, head)] of a truth organism.
-    lens_metrics: the lens pair's unpatched metrics {"clean", "corrupt"} (logit answer − wrong; patching is
-    normalised by their difference), {} when patching did not run.
+    lens_metrics: the lens pair's unpatched metrics {"clean", "corrupt"} (logit answer − wrong;
+    patching is normalised by their difference), {} when patching did not run.
     """
 
     model: str
@@ -259,15 +262,16 @@ def direction_overlaps(dirs: dict[str, np.ndarray], seed: int = 0) -> pd.DataFra
     return pd.DataFrame(rows, columns=cols)
 
 
-AGREEMENT_COLS = ["axis", "map_a", "map_b", "rho", "lo", "hi", "p", "n", "topk_overlap", "rho_partial",
-                  "p_partial", "p_iid", "null", "n_eff", "p_holm", "correction"]
+AGREEMENT_COLS = ["axis", "map_a", "map_b", "rho", "lo", "hi", "p", "n", "topk_overlap",
+                  "rho_partial", "p_partial", "p_iid", "null", "n_eff", "p_holm", "correction"]
 def map_agreement(head: dict, layer: dict, *, top_k: int, n_boot: int, n_perm: int, seed: int) -> pd.DataFrame:
-    """Agreement of every pair of head maps (by strength: the Truth Score, |patching|, |DLA|) and of the layer
-    maps: Spearman ρ with an i.i.d. bootstrap interval and permutation p (rho, lo, hi, p: cells taken as
-    independent, kept for comparison), the top-k overlap |A ∩ B| / k of head maps, and the reading with depth
-    partialled out (`depth_partialled`: rho_partial, p_partial against the structure-keeping null, p_iid the same
-    statistic against an i.i.d. shuffle, null, n_eff) with p_partial Holm-adjusted over every pair of the table
-    (p_holm; `correction` says over how many): the pairs are read together."""
+    """Agreement of every pair of head maps (by strength: the Truth Score, |patching|, |DLA|) and
+    of the layer maps: Spearman ρ with an i.i.d. bootstrap interval and permutation p (rho, lo,
+    hi, p: cells taken as independent, kept for comparison), the top-k overlap |A ∩ B| / k of head
+    maps, and the reading with depth partialled out (`depth_partialled`: rho_partial, p_partial
+    against the structure-keeping null, p_iid the same statistic against an i.i.d. shuffle, null,
+    n_eff) with p_partial Holm-adjusted over every pair of the table (p_holm; `correction` says
+    over how many): the pairs are read together."""
     rows = []
     strength = _strengths(head)
     for axis, maps in (("layer x head", strength), ("layer", layer)):

@@ -155,6 +155,23 @@ def test_claim_tables_are_the_runs_validity_reports():
     assert_claim_table(section, *runs)
 
 
+def test_saved_reports_are_what_the_verdict_functions_give():
+    """Each committed report equals its verdict function applied to the run's own saved results, so a
+    change to the decision rules or checks shows here until the runs are redone."""
+    from interplab.probes.lenses.atlas_validity import atlas_verdicts
+    from interplab.probes.lenses.facts_validity import fact_verdicts
+    from interplab.probes.validity import ValidityReport
+    from interplab.results import load_run
+
+    for d in fact_runs().values():
+        run = load_run(d)
+        got = ValidityReport.of(fact_verdicts(run.result("study"), run.table("map_agreement")))
+        assert got.render() == run.validity().render(), d
+    run = load_run(atlas_run())
+    got = ValidityReport.of(atlas_verdicts(run.result("atlas_smollm2-135m-instruct")))
+    assert got.render() == run.validity().render()
+
+
 def smollm2_quotes() -> list[str]:
     """The numbers the SmolLM2 prose quotes, rebuilt from the run."""
     d = fact_runs()["smollm2"]

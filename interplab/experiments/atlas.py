@@ -105,11 +105,14 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
     from interplab.figures import atlas as F
     from interplab.probes.lenses.atlas import atlas, default_inputs
     from interplab.probes.lenses.atlas_inputs import with_user_data
+    from interplab.probes.lenses.atlas_validity import atlas_verdicts
+    from interplab.probes.validity import VALIDITY_RESULT, ValidityReport, Verdict
 
     torch.set_num_threads(max(1, cfg.threads))
     acfg = cfg.atlas_config()
     reference = _load(cfg.reference, cfg, run) if cfg.reference else None
     summary, tables = {"config": asdict(cfg), "models": {}}, {"agreement": [], "overlaps": [], "planted": []}
+    verdicts = []
     for name in cfg.models:
         model = _load(name, cfg, run)
         inputs = None
@@ -122,6 +125,12 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
         a = atlas(model, acfg, inputs=inputs, reference=reference)
         key = _key(name)
         run.save_result(f"atlas_{key}", a)
+        # one report per run: with several models each claim names its model
+        for v in atlas_verdicts(a):
+            if len(cfg.models) > 1:
+                v = Verdict(v.method, f"{key}: {v.claim}", v.measured, v.supported, v.checks,
+                            v.note)
+            verdicts.append(v)
         for t in tables:
             df = getattr(a, t)
             if len(df):
@@ -137,8 +146,10 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
             "top_heads": {m: a.top_heads(m, cfg.top_k) for m in a.head_maps},
             "layer_maps": {k: [float(x) for x in v] for k, v in a.layer_maps.items()},
             "planted_passed": bool(a.planted["passed"].all()) if len(a.planted) else None,
+            "lens_metrics": a.lens_metrics,
             "unavailable": a.unavailable, "timings": a.timings}
     for t, frames in tables.items():
         if frames:
             run.save_table(t, pd.concat(frames, ignore_index=True))
     run.save_json("summary", summary)
+    run.save_result(VALIDITY_RESULT, ValidityReport.of(verdicts))

@@ -47,6 +47,10 @@ class FactLensExpConfig:
                                                                "run of this model, if there is one), a truth-scores "
                                                                "run folder, or '' (none)"})
     batch_size: int = field(default=32, metadata={"help": "patched copies of a prompt per forward"})
+    from_run: str = field(default="", metadata={
+        "help": "a lenses-facts run folder whose saved per-pair reads (`study`) are re-aggregated "
+                "instead of running the model (same model, sites, ig_steps and min_span; top_k, "
+                "n_boot, n_splits and seed apply)"})
     device: str = field(default="cpu", metadata={"help": "device"})
     dtype: str = field(default="float32", metadata={"help": "model dtype"})
 
@@ -149,6 +153,37 @@ def truth_map(cfg: FactLensExpConfig, shape: tuple[int, int]):
     return m, rel
 
 
+def reuse_study(cfg: FactLensExpConfig):
+    """(study, source note) of `cfg.from_run`: the saved per-pair reads of an earlier lenses-facts
+    run, with this config's aggregate settings (top_k, n_boot, n_splits, seed). The settings that
+    shaped the reads must match."""
+    import dataclasses
+    from pathlib import Path
+
+    from interplab.results import load_run
+
+    d = Path(cfg.from_run).expanduser()
+    if not (d / "study").is_dir():
+        raise ConfigError(f"from_run={cfg.from_run!r} is not a lenses-facts run folder with a "
+                          "saved `study` (give a run made by `interplab run lenses-facts`)")
+    old = load_run(d)
+    study = old.result("study")
+    if not _same_model(str(study.model), cfg.model):
+        raise ConfigError(f"from_run={cfg.from_run!r} studied {study.model}, not "
+                          f"model={cfg.model!r}: set model to the run's model")
+    sc = study.config
+    asked = {"sites": list(cfg.sites), "ig_steps": cfg.ig_steps, "min_span": cfg.min_span}
+    clash = {k: (getattr(sc, k), v) for k, v in asked.items() if getattr(sc, k) != v}
+    if clash:
+        raise ConfigError(f"from_run={cfg.from_run!r} read its pairs with other settings {clash} "
+                          "(saved, asked): set them as the run did, or run the model again")
+    study = dataclasses.replace(study, config=dataclasses.replace(
+        sc, top_k=cfg.top_k, n_boot=cfg.n_boot, n_splits=cfg.n_splits, seed=cfg.seed).validate())
+    before = old.json("summary") if "summary" in old.json_names else {}
+    keep = {k: before[k] for k in ("data", "known", "n_known_facts", "dropped_rows") if k in before}
+    return study, {**keep, "from_run": str(d)}
+
+
 @register_experiment("lenses-facts", config=FactLensExpConfig,
                      help="Logit lens, activation and attribution patching and DLA over many clean / corrupt "
                           "world-fact pairs, with bootstrap intervals over pairs and top-head stability.")
@@ -159,11 +194,17 @@ def lenses_facts(cfg: FactLensExpConfig, run) -> None:
     from interplab.figures.lenses import (answer_rank_figure, attribution_rho_figure, dla_figure,
                                           head_frequency_figure, patching_figure)
     from interplab.probes.lenses.facts import fact_lens_study
+    from interplab.probes.lenses.facts_validity import fact_verdicts
+    from interplab.probes.validity import VALIDITY_RESULT, ValidityReport
 
     study_cfg = cfg.study_config()
-    model = interplab.load_model(cfg.model, backend=cfg.backend, device=cfg.device, dtype=cfg.dtype)
-    pairs, source = build_pairs(cfg, model)
-    study = fact_lens_study(model, pairs, study_cfg)
+    if cfg.from_run:
+        study, source = reuse_study(cfg)
+    else:
+        model = interplab.load_model(cfg.model, backend=cfg.backend, device=cfg.device,
+                                     dtype=cfg.dtype)
+        pairs, source = build_pairs(cfg, model)
+        study = fact_lens_study(model, pairs, study_cfg)
     run.save_result("study", study)
     run.save_json("summary", {"config": asdict(cfg), **source, **study.summary()})
     run.save_table("pairs", study.pairs)
@@ -176,6 +217,7 @@ def lenses_facts(cfg: FactLensExpConfig, run) -> None:
         np.flatnonzero(study.included))]))
     n_inc = int(study.included.sum())
     if n_inc == 0:
+        run.save_result(VALIDITY_RESULT, ValidityReport.of([]))
         return
     save_figure(run, "dla_heads", dla_figure(study.dla_of(study.included),
                                              title=f"Direct logit attribution · mean over {n_inc} pairs · "
@@ -192,6 +234,7 @@ def lenses_facts(cfg: FactLensExpConfig, run) -> None:
     maps = study.head_agreement({"truth": tmap} if tmap is not None else None)
     run.save_table("map_agreement", maps)
     run.save_json("map_agreement", {"truth_map": tsource, "rows": maps.to_dict(orient="records")})
+    run.save_result(VALIDITY_RESULT, ValidityReport.of(fact_verdicts(study, maps)))
     for k in kinds:
         save_figure(run, f"top{cfg.top_k}_frequency_{k}", head_frequency_figure(
             study.top_k_frequency(k), k=study_cfg.top_k, n_kv_heads=study.n_kv_heads,

@@ -43,7 +43,8 @@ def test_patching_page_defaults_and_buttons(toy_chat):
     at.multiselect(key="pt_sites").set_value(["resid_pre"]).run()
     at.button(key="pt_run").click().run()
     assert not at.exception, at.exception
-    own = [d for d in at.dataframe if not {"boot_freq", "map_a"} & set(d.value.columns)]   # not the saved-run box
+    saved = {"boot_freq", "map_a", "kind"}           # columns of the saved-run box and its checks
+    own = [d for d in at.dataframe if not saved & set(d.value.columns)]
     assert "pt_scatter_resid_pre__chart" in _charts(at) and len(own) == 2  # comparison + top cells
 
 
@@ -64,6 +65,9 @@ def test_patching_page_opens_the_shipped_smollm2_fact_study(toy_chat):
     assert list(zip(top["layer"], top["head"])) == list(zip(want["layer"], want["head"]))
     agree = next(d.value for d in at.dataframe if "map_a" in d.value.columns)
     assert "truth" in set(agree["map_b"]) | set(agree["map_a"])
+    # the run's verdicts beside its numbers (issue 46): the held-out recall head is reproduced
+    assert any("is the top recall head" in s.value and s.value.startswith("**reproduced**")
+               for s in at.success)
 
 
 def test_logit_lens_page_defaults_and_buttons(toy_chat):
@@ -123,6 +127,10 @@ def test_atlas_page_on_toy_chat_and_the_validation_organisms(toy_chat):
     assert not at.exception and not at.error, (at.exception, at.error)
     charts = set(_charts(at))
     assert {f"at_head_{m}__chart" for m in ("truth", "patching", "dla")} <= charts
+    # the live verdicts: toy-chat's 4 x 4 heads are too few units once the layer is partialled
+    # out, so each shows as a warning
+    assert any("implicate the same heads" in w.value and "sampling_units" in w.value
+               for w in at.warning)
     assert {"at_layers__chart", "at_overlaps__chart", "at_agree__chart"} <= charts
     for kind in ("truth", "decodeshare", "crh"):
         at.radio(key="at_target").set_value(kind).run()

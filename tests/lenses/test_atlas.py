@@ -111,6 +111,13 @@ def test_atlas_on_toy_chat_runs_every_method_and_agreement_matches_its_definitio
     row = a.agreement.set_index(["map_a", "map_b"]).loc[("patching", "dla")]
     assert np.isclose(row["rho"], stats.spearman(np.abs(a.head_maps["patching"]), np.abs(a.head_maps["dla"])))
     assert row["lo"] <= row["rho"] <= row["hi"]
+    # the depth-partialled reading: ranks centred within each layer; Holm can only raise the p
+    L, H = a.head_maps["patching"].shape
+    layer = np.repeat(np.eye(L), H, 0)
+    want = stats.partial_spearman(np.abs(a.head_maps["patching"]), np.abs(a.head_maps["dla"]),
+                                  layer)
+    assert np.isclose(row["rho_partial"], want)
+    assert row["p_holm"] >= row["p_partial"] and row["n_eff"] == L * (H - 1)
     # overlaps: recomputed from the stored directions
     ov = a.overlaps.set_index(["a", "b"])
     W, _ = read_sae_decoder(shipped_saes("zoo:toy-chat")[0])

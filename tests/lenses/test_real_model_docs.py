@@ -9,10 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from interplab.results.runs import shipped_runs
+from tests.real_model_docs import assert_claim_table, doc_section
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "lenses.md"
 MODELS = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma-3-270M"}
+SECTION = "## On a real model: SmolLM2-135M-Instruct and Gemma-3-270M over 50 fact pairs"
 
 
 def fact_runs() -> dict[str, Path]:
@@ -90,13 +92,16 @@ def stability_rows() -> list[str]:
 
 
 def agreement_rows() -> list[str]:
+    """Head-map agreement: raw ρ (interval over pairs), the layer-partialled ρ with its
+    within-layer p and Holm p."""
     rows = []
     for key, d in sorted(fact_runs().items(), reverse=True):
         m = pd.read_csv(d / "tables" / "map_agreement.csv")
         for r in m.itertuples():
-            rows.append(f"| {MODELS[key]} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} [{r.rho_lo:+.2f}, {r.rho_hi:+.2f}] | "
-                        f"{r.p_perm:.2g} | {r.overlap:.1f} [{r.overlap_lo:.1f}, {r.overlap_hi:.1f}] | "
-                        f"{r.chance_overlap:.3f} |")
+            rows.append(f"| {MODELS[key]} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} "
+                        f"[{r.rho_lo:+.2f}, {r.rho_hi:+.2f}] | {r.rho_partial:+.2f} | "
+                        f"{r.p_partial:.2g} | {r.p_holm:.2g} | {r.overlap:.1f} "
+                        f"[{r.overlap_lo:.1f}, {r.overlap_hi:.1f}] | {r.chance_overlap:.3f} |")
     return rows
 
 
@@ -110,12 +115,21 @@ def attribution_rows() -> list[str]:
     return rows
 
 
+def atlas_run() -> Path:
+    return [d for d in shipped_runs("atlas") if d.parent.name == "atlas-smollm2"][-1]
+
+
 def atlas_rows() -> list[str]:
-    """The SmolLM2 atlas (`interplab run atlas --set models=real:smollm2-135m-instruct`): its agreement table."""
-    d = [d for d in shipped_runs("atlas") if d.parent.name == "atlas-smollm2"][-1]
-    a = pd.read_csv(d / "tables" / "agreement.csv")
-    return [f"| {r.axis} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} [{r.lo:+.2f}, {r.hi:+.2f}] | {r.p:.2g} | {r.n} | "
-            f"{'–' if pd.isna(r.topk_overlap) else f'{r.topk_overlap:.1f}'} |" for r in a.itertuples()]
+    """The SmolLM2 atlas (`interplab run atlas --set models=real:smollm2-135m-instruct`): its
+    agreement table, raw ρ beside the depth-partialled ρ, its p against the layer-structure null,
+    the Holm p and the effective units."""
+    a = pd.read_csv(atlas_run() / "tables" / "agreement.csv")
+    rows = []
+    for r in a.itertuples():
+        top = "–" if pd.isna(r.topk_overlap) else f"{r.topk_overlap:.1f}"
+        rows.append(f"| {r.axis} | {r.map_a} vs {r.map_b} | {r.rho:+.2f} | {r.rho_partial:+.2f} | "
+                    f"{r.p_partial:.2g} | {r.p_holm:.2g} | {r.n} ({r.n_eff:.1f}) | {top} |")
+    return rows
 
 
 def all_rows() -> list[str]:
@@ -131,6 +145,31 @@ def test_docs_quote_the_runs():
     doc = DOC.read_text()
     for line in all_rows():
         assert line in doc, f"docs/lenses.md lacks the row {line!r}"
+
+
+def test_claim_tables_are_the_runs_validity_reports():
+    """The claim tables (claim | measured | validity checks | verdict) are the saved reports of
+    the three runs."""
+    section = doc_section("lenses.md", SECTION)
+    runs = [fact_runs()["smollm2"], fact_runs()["gemma3"], atlas_run()]
+    assert_claim_table(section, *runs)
+
+
+def test_saved_reports_are_what_the_verdict_functions_give():
+    """Each committed report equals its verdict function applied to the run's own saved results, so a
+    change to the decision rules or checks shows here until the runs are redone."""
+    from interplab.probes.lenses.atlas_validity import atlas_verdicts
+    from interplab.probes.lenses.facts_validity import fact_verdicts
+    from interplab.probes.validity import ValidityReport
+    from interplab.results import load_run
+
+    for d in fact_runs().values():
+        run = load_run(d)
+        got = ValidityReport.of(fact_verdicts(run.result("study"), run.table("map_agreement")))
+        assert got.render() == run.validity().render(), d
+    run = load_run(atlas_run())
+    got = ValidityReport.of(atlas_verdicts(run.result("atlas_smollm2-135m-instruct")))
+    assert got.render() == run.validity().render()
 
 
 def smollm2_quotes() -> list[str]:
@@ -153,7 +192,13 @@ def smollm2_quotes() -> list[str]:
             f"L{p0['layer']}H{p0['head']} alone restores {p0['mean']:.2f} [{p0['lo']:.2f}, {p0['hi']:.2f}]",
             f"(+{d0['mean']:.2f} logits)", f"share {round(pd_['overlap'] * pd_['k'])} heads (chance "
             f"{pd_['chance_overlap'] * pd_['k']:.1f} of a head)", f"(ρ {pd_['rho']:.2f})",
-            f"ρ(|patching|, S) = {m(pt['rho'])} [{m(pt['rho_lo'])}, {m(pt['rho_hi'])}], p = {pt['p_perm']:.3f}",
+            f"ρ(|patching|, S) with the layer partialled out is {m(pt['rho_partial'])} "
+            f"(p {pt['p_partial']:.2g} with heads permuted within layers, Holm p "
+            f"{pt['p_holm']:.2g})",
+            f"the raw ρ is {m(pt['rho'])} [{m(pt['rho_lo'])}, {m(pt['rho_hi'])}]",
+            f"(ρ {pd_['rho_partial']:+.2f} with the layer partialled out, Holm p "
+            f"{pd_['p_holm']:.2g})",
+            *held_out_quotes(d, "L23H4 +{m:.2f} [{lo:+.2f}, {hi:+.2f}] on {n} pairs"),
             f"Spearman {at[('attn_z', 'gradient')]:.2f}; resid_pre {at[('resid_pre', 'gradient')]:.2f})",
             f"({at[('attn_z', 'ig')]:.2f}; resid_pre {at[('resid_pre', 'ig')]:.2f})"]
 
@@ -168,20 +213,59 @@ def gemma_quotes() -> list[str]:
     p = top[top["map"] == "patching"]
     dla0 = top[top["map"] == "dla"].iloc[0]
     ag = pd.read_csv(d / "tables" / "map_agreement.csv").set_index(["map_a", "map_b"])
-    pt = ag.loc[("patching", "truth")]
+    pt, pdl = ag.loc[("patching", "truth")], ag.loc[("patching", "dla")]
     return [f"(median rank {r.loc[12, 'median']:.1f}; {r.loc[11, 'median']:.0f} after layer 11)",
             f"token ({sub[12]:.2f} at L12) to the last token ({last[13]:.2f} at L13)",
             f"carried by L{p.iloc[0]['layer']}H{p.iloc[0]['head']} ({p.iloc[0]['mean']:.2f} [{p.iloc[0]['lo']:.2f}, "
             f"{p.iloc[0]['hi']:.2f}] alone), with L{p.iloc[1]['layer']}H{p.iloc[1]['head']} and "
             f"L{p.iloc[2]['layer']}H{p.iloc[2]['head']} next",
-            f"(ρ {ag.loc[('patching', 'dla'), 'rho']:.2f} over its 72 heads)",
             f"(+{dla0['mean']:.2f} for L{dla0['layer']}H{dla0['head']})",
-            f"(ρ {pt['rho']:.2f} with patching, p {pt['p_perm']:.2f}, on 72 heads)".replace("-", "−")]
+            f"(ρ {pdl['rho']:.2f} over its 72 heads; {pdl['rho_partial']:+.2f} within layers, "
+            f"Holm p {pdl['p_holm']:.2g})",
+            f"(raw ρ {pt['rho']:.2f} with patching; {pt['rho_partial']:+.2f} within layers, "
+            f"Holm p {pt['p_holm']:.2g}, on 72 heads)".replace("-", "−"),
+            *held_out_quotes(d, "Gemma's L12H2 +{m:.2f}")]
+
+
+def held_out_quotes(d: Path, fmt: str) -> list[str]:
+    """The recall head's held-out effect as the prose quotes it, from the run's validity report."""
+    import re
+
+    from tests.real_model_docs import validity_report
+
+    v = next(v for v in validity_report(d).verdict_list() if "top recall head" in v.claim)
+    num = r"([+-][\d.]+)"
+    got = re.search(rf"on (\d+) held-out pairs it restores {num} \[{num}, {num}\]", v.measured)
+    n, m, lo, hi = int(got[1]), float(got[2]), float(got[3]), float(got[4])
+    return [fmt.format(n=n, m=m, lo=lo, hi=hi)]
+
+
+def atlas_quotes() -> list[str]:
+    """The SmolLM2 atlas prose: the pair's span, the raw profiles' effective n and the
+    depth-partialled layer row."""
+    import json
+
+    from interplab.core.result import Result
+    from interplab.probes import stats
+
+    d = atlas_run()
+    a = Result.load_any(d / "atlas_smollm2-135m-instruct")
+    lay = a.agreement.set_index(["map_a", "map_b"]).loc[("pr", "patching_resid")]
+    pr, patching = (stats.rankdata(a.layer_maps[k]) for k in ("pr", "patching_resid"))
+    raw = stats.effective_n(pr, patching)
+    dur = json.loads((d / "run.json").read_text())["duration_s"]
+    return [f"`results/atlas-smollm2/defaults`, {dur:.0f} s)",
+            f"(clean − corrupt logit difference "
+            f"{a.lens_metrics['clean'] - a.lens_metrics['corrupt']:.2f})",
+            f"(the raw profiles are worth {raw:.1f} independent points)",
+            f"With the depth partialled out ρ is {lay.rho_partial:+.2f}, p {lay.p_partial:.2g} "
+            f"against phase surrogates, Holm p {lay.p_holm:.2g}",
+            f"The detrended profiles are worth {lay.n_eff:.1f} layers"]
 
 
 def test_docs_prose_quotes_the_runs():
     flat = " ".join(DOC.read_text().split())
-    for q in smollm2_quotes() + gemma_quotes():
+    for q in smollm2_quotes() + gemma_quotes() + atlas_quotes():
         assert q in flat, f"docs/lenses.md does not quote {q!r}"
 
 

@@ -8,12 +8,15 @@ import streamlit as st
 st.set_page_config(page_title="interplab · Atlas", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
-from interplab.app.widgets import page_model, require_model, show_figure  # noqa: E402
+from interplab.app.widgets import (page_model, require_model, show_figure,  # noqa: E402
+                                   validity_panel)
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.methods import methods  # noqa: E402
 from interplab.figures.atlas import (atlas_agreement_figure, atlas_head_map, atlas_layer_figure,  # noqa: E402
                                      atlas_overlap_figure)
 from interplab.probes.lenses.atlas import HEAD_LABELS, AtlasConfig, atlas  # noqa: E402
+from interplab.probes.lenses.atlas_validity import atlas_verdicts  # noqa: E402
+from interplab.probes.validity import ValidityReport  # noqa: E402
 
 st.title("Atlas")
 st.caption("Where do the methods agree? Truth Scores, activation patching and direct logit attribution on the same "
@@ -109,6 +112,10 @@ head_rows = a.agreement[a.agreement["axis"] == "layer x head"]
 if head_rows["rho"].notna().any():
     show_figure(atlas_agreement_figure(a), key="at_agree", filename="atlas_agreement")
 st.dataframe(a.agreement.round(4), hide_index=True, key="at_agreement")
+st.caption("Verdicts: agreement with depth partialled out (heads permuted within their layer; "
+           "layer profiles against phase-randomised surrogates), Holm-corrected over the pairs; "
+           "raw ρ counts a shared trend with depth as agreement.")
+validity_panel(ValidityReport.of(atlas_verdicts(a)), key="at_validity")
 
 st.subheader("Layers")
 if a.layer_maps:

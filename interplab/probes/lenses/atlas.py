@@ -10,8 +10,12 @@
   each against a Haar-random subspace of the same dimension.
 
 Agreement between maps is Spearman's ρ with a bootstrap interval and a permutation p (`stats.spearman_interval`)
-plus the top-k overlap. On a validation organism (`interplab.zoo.validation`) the planted truth is scored in
-`Atlas.planted`. A method that does not apply to the model is listed in `Atlas.unavailable` with its reason.
+plus the top-k overlap, and the same ρ with depth partialled out against a null that keeps the
+layer structure (heads permuted within their layer; phase-randomised layer profiles),
+Holm-corrected over the pairs (`map_agreement`); `probes.lenses.atlas_validity.atlas_verdicts`
+turns it into verdicts. On a validation organism (`interplab.zoo.validation`) the planted truth is
+scored in `Atlas.planted`. A method that does not apply to the model is listed in
+`Atlas.unavailable` with its reason.
 
 The atlas imports no method: each method declares what it adds (maps, directions, its data, its planted check) as
 an `AtlasPart` (`interplab.probes.atlas_contract`) named by its `MethodSpec.atlas`, and the atlas resolves the parts
@@ -36,6 +40,7 @@ from interplab.core.result import Result
 from interplab.probes import stats
 from interplab.probes.atlas_contract import AtlasContext, AtlasPart
 from interplab.probes.lenses.atlas_inputs import AtlasInputs, atlas_inputs, atlas_parts
+from interplab.probes.lenses.depth import DEPTH_NULLS, depth_partialled
 
 _LENS_HEADS = {"patching": "patching effect (normalised)", "dla": "direct logit attribution"}
 _LENS_LAYERS = {"patching_resid": "max |patching effect| over positions (resid_pre)"}
@@ -118,10 +123,14 @@ class Atlas(Result):
     (pr, pr_change, patching_resid). directions: name -> [d_model, k] columns (decodeshare: orthonormal basis;
     crh_axis: [d, 1]; crh_plane: [d, 2]) read at `site`; the SAE's decoder rows enter the overlaps but are not
     stored (sae_name: the shipped SAE folder they came from, "" = none).
-    agreement: one row per pair of maps (axis, map_a, map_b, rho, lo, hi, p, n, topk_overlap).
+    agreement: one row per pair of maps (`map_agreement`: axis, map_a, map_b, rho, lo, hi, p, n,
+    topk_overlap and the depth-partialled rho_partial, p_partial, p_iid, null, n_eff, p_holm,
+    correction).
     overlaps: one row per pair of direction sets (a, b, k_a, k_b, max_cos, angle_deg, best, baseline_max_cos).
     planted: ground-truth checks on a validation organism (check, method, value, target, passed); empty otherwise.
     unavailable: method -> why it does not apply to this model. planted_heads: [(layer, head)] of a truth organism.
+    lens_metrics: the lens pair's unpatched metrics {"clean", "corrupt"} (logit answer − wrong;
+    patching is normalised by their difference), {} when patching did not run.
     """
 
     model: str
@@ -141,6 +150,7 @@ class Atlas(Result):
     planted_heads: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
     config: AtlasConfig | None = None
+    lens_metrics: dict = field(default_factory=dict)
 
     def __post_init__(self):
         shapes = {np.asarray(v).shape for v in self.head_maps.values()}
@@ -189,6 +199,7 @@ def _lens_maps(model, inp: AtlasInputs, cfg: AtlasConfig, heads: dict, layers: d
             "wrong": "" if pair.wrong is None else token_strings(model, [pair.wrong])[0]}
     kw = dict(answer=pair.answer, wrong=pair.wrong, batch_size=cfg.batch_size)
     z = activation_patching(model, clean, corrupt, sites=["attn_z"], positions="all", **kw)["attn_z"]
+    info["lens_metrics"] = {"clean": float(z.clean_metric), "corrupt": float(z.corrupt_metric)}
     if z.clean_metric == z.corrupt_metric:
         for k in ("patching", "patching_resid"):
             missing[k] = "the clean and corrupt prompts give the same metric, so no patch can restore anything"
@@ -251,10 +262,16 @@ def direction_overlaps(dirs: dict[str, np.ndarray], seed: int = 0) -> pd.DataFra
     return pd.DataFrame(rows, columns=cols)
 
 
+AGREEMENT_COLS = ["axis", "map_a", "map_b", "rho", "lo", "hi", "p", "n", "topk_overlap",
+                  "rho_partial", "p_partial", "p_iid", "null", "n_eff", "p_holm", "correction"]
 def map_agreement(head: dict, layer: dict, *, top_k: int, n_boot: int, n_perm: int, seed: int) -> pd.DataFrame:
-    """Spearman ρ (bootstrap interval, permutation p) between every pair of head maps (by strength: the Truth
-    Score, |patching|, |DLA|) and between the layer maps, with the top-k overlap |A ∩ B| / k of head maps."""
-    cols = ["axis", "map_a", "map_b", "rho", "lo", "hi", "p", "n", "topk_overlap"]
+    """Agreement of every pair of head maps (by strength: the Truth Score, |patching|, |DLA|) and
+    of the layer maps: Spearman ρ with an i.i.d. bootstrap interval and permutation p (rho, lo,
+    hi, p: cells taken as independent, kept for comparison), the top-k overlap |A ∩ B| / k of head
+    maps, and the reading with depth partialled out (`depth_partialled`: rho_partial, p_partial
+    against the structure-keeping null, p_iid the same statistic against an i.i.d. shuffle, null,
+    n_eff) with p_partial Holm-adjusted over every pair of the table (p_holm; `correction` says
+    over how many): the pairs are read together."""
     rows = []
     strength = _strengths(head)
     for axis, maps in (("layer x head", strength), ("layer", layer)):
@@ -268,8 +285,15 @@ def map_agreement(head: dict, layer: dict, *, top_k: int, n_boot: int, n_perm: i
                     ta = set(np.argsort(-maps[a].ravel(), kind="stable")[:k])
                     tb = set(np.argsort(-maps[b].ravel(), kind="stable")[:k])
                     ov = len(ta & tb) / k
-                rows.append({"axis": axis, "map_a": a, "map_b": b, **r, "topk_overlap": ov})
-    return pd.DataFrame(rows, columns=cols)
+                t = depth_partialled(axis, maps[a], maps[b], n_perm=n_perm, seed=seed)
+                rows.append({"axis": axis, "map_a": a, "map_b": b, **r, "topk_overlap": ov,
+                             "rho_partial": t.rho_partial, "p_partial": t.p, "p_iid": t.p_iid,
+                             "null": DEPTH_NULLS[axis], "n_eff": t.n_eff})
+    out = pd.DataFrame(rows, columns=AGREEMENT_COLS)
+    out["p_holm"] = stats.holm_adjust(out["p_partial"].to_numpy(float)) if len(out) else []
+    m = int(np.isfinite(out["p_partial"].to_numpy(float)).sum()) if len(out) else 0
+    out["correction"] = f"holm over {m} pairs"
+    return out
 
 
 def _strengths(head: dict) -> dict:
@@ -349,4 +373,4 @@ def atlas(model, config: AtlasConfig | None = None, *, inputs: AtlasInputs | Non
                  unavailable=missing, site=f"resid_post.{inp.direction_layer}",
                  pair=[str(p) for p in (inp.pair or ())], answer=info.get("answer", ""), wrong=info.get("wrong", ""),
                  planted_kind=kind, planted_heads=[list(h) for h in truth.get("planted_heads", [])],
-                 timings=timings, config=cfg)
+                 timings=timings, config=cfg, lens_metrics=info.get("lens_metrics", {}))

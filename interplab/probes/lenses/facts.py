@@ -340,9 +340,12 @@ class FactLensStudy(Result):
         `external` [L, H] map read as it is (e.g. a Truth-Score map: higher = more truth-tracking). One row per
         pair of maps: Spearman ρ over heads with a percentile bootstrap interval over *pairs* (the study's maps are
         recomputed on each resample; an external map stays fixed: its own uncertainty is not in the interval), a
-        two-sided head-permutation p (`stats.spearman_interval`), the top-k overlap with its bootstrap interval and
-        the overlap two random k-sets have in expectation (k / n_heads)."""
-        from interplab.probes.stats import pearson, rankdata, spearman_interval
+        two-sided head-permutation p (`stats.spearman_interval`, heads taken as i.i.d.), the top-k
+        overlap with its bootstrap interval and the overlap two random k-sets have in expectation
+        (k / n_heads); and the reading with the layer partialled out (`depth.depth_partialled`):
+        rho_partial, p_partial against heads permuted within their layer, n_eff (heads less
+        layers), p_holm (Holm over the rows) and `correction`."""
+        from interplab.probes.stats import holm_adjust, pearson, rankdata, spearman_interval
 
         L, H = self.n_layers, self.n_heads
         own = [k for k in HEAD_MAPS if k == "dla" or "attn_z" in self.config.sites]
@@ -355,7 +358,9 @@ class FactLensStudy(Result):
         n = int(self.included.sum())
         if n == 0:
             return pd.DataFrame(columns=["map_a", "map_b", "rho", "rho_lo", "rho_hi", "p_perm", "k", "overlap",
-                                         "overlap_lo", "overlap_hi", "chance_overlap", "n_pairs"])
+                                         "overlap_lo", "overlap_hi", "chance_overlap", "n_pairs",
+                                         "rho_partial", "p_partial", "n_eff", "p_holm",
+                                         "correction"])
         idx = self._boot_idx(n, 5)
         full, boot = {}, {}
         with np.errstate(invalid="ignore"), _quiet():
@@ -389,8 +394,14 @@ class FactLensStudy(Result):
                                  rho_hi=float(np.quantile(rb, 1 - q)) if rb.size else float("nan"), p_perm=si.p,
                                  k=k_top, overlap=float((top_mask(full[a]) & top_mask(full[b])).sum()) / k_top,
                                  overlap_lo=float(np.quantile(ov_b, q)), overlap_hi=float(np.quantile(ov_b, 1 - q)),
-                                 chance_overlap=k_top / (L * H), n_pairs=n))
-        return pd.DataFrame(rows)
+                                 chance_overlap=k_top / (L * H), n_pairs=n,
+                                 **_partialled(full[a], full[b], L, H, self.config)))
+        out = pd.DataFrame(rows)
+        if len(out):  # the pairs of maps are read together: their p-values are corrected
+            p = out["p_partial"].to_numpy(float)
+            out["p_holm"] = holm_adjust(p)
+            out["correction"] = f"holm over {int(np.isfinite(p).sum())} pairs"
+        return out
 
     def attribution_summary(self) -> pd.DataFrame:
         """Per site and method, over the included pairs: the median per-pair Spearman ρ of attribution vs exact
@@ -454,6 +465,15 @@ class FactLensStudy(Result):
                          f"{kind}_top{self.config.top_k}_freq": (self.top_k_frequency(kind).ravel()
                                                                  if self.included.any() and swept else np.nan)})
         return pd.DataFrame(data)
+
+
+def _partialled(a: np.ndarray, b: np.ndarray, L: int, H: int, cfg: FactLensConfig) -> dict:
+    """The depth-partialled columns of one `head_agreement` row (maps flattened [L*H])."""
+    from interplab.probes.lenses.depth import depth_partialled
+
+    t = depth_partialled("layer x head", a.reshape(L, H), b.reshape(L, H), n_perm=int(cfg.n_boot),
+                         seed=int(cfg.seed))
+    return {"rho_partial": t.rho_partial, "p_partial": t.p, "n_eff": t.n_eff}
 
 
 class _quiet:

@@ -376,6 +376,10 @@ def crh_spiral(cfg: CRHSpiralConfig, run) -> None:
                "reference_helix": {k: v.summary() for k, v in sp.reference_fits.items()},
                "planar_helix": {k: v.summary() for k, v in sp.planar_fits.items()}}
     run.save_json("summary", summary)
+    from interplab.probes.crh.verdicts import spiral_verdicts
+    from interplab.probes.validity import ValidityReport
+
+    run.save_result("validity", ValidityReport.of(spiral_verdicts(sp)))
     save_figure(run, "optimisation", steering_vectors_figure(sv))
     for k, fit in sp.fits.items():
         save_figure(run, f"helix_{k}", helix_figure(fit))

@@ -289,3 +289,13 @@ def test_read_choice_summary_and_replace_keep_the_record():
     ch = in_sample_choice("last", 5, 2, list(st.concepts))
     assert not ch.held_out and ch.summary()["chosen_fluent_concept_rate"] is None
     assert replace(ch, selection=["x"]).held_out
+
+
+def test_the_spiral_verdict_follows_the_held_out_shape_and_flags_one_prompt_pair():
+    from interplab.probes.crh.helix import planted_helix, planted_line
+    from interplab.probes.crh.verdicts import spiral_verdicts
+
+    for X, chosen in ((planted_helix(30, 1.0, seed=0), True), (planted_line(30, seed=0), False)):
+        (v,) = spiral_verdicts(SimpleNamespace(vectors=SimpleNamespace(vectors=X)))
+        assert v.supported is chosen and [c.kind for c in v.failed] == ["sampling_units"]
+        assert v.outcome == "inconclusive" and "1 prompt pair" in v.reason

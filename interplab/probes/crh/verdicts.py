@@ -46,7 +46,7 @@ from interplab.probes.stats import (
     paired_signflip_test,
 )
 
-__all__ = ["crh_verdicts", "judge_check", "CLAIMS", "ALPHA"]
+__all__ = ["crh_verdicts", "spiral_verdicts", "judge_check", "CLAIMS", "ALPHA"]
 
 METHOD = "crh"
 ALPHA = 0.05
@@ -60,6 +60,7 @@ CLAIMS = {
     "impl3": "Implication 3: the sector cannot be inferred from diff-vector similarity",
     "geometry": "Concept difference vectors have a planar normal part beyond a concept-free word "
     "set",
+    "spiral": "Spiral probe: norm-constrained optimised steering vectors trace a helix",
 }
 
 
@@ -441,3 +442,29 @@ def crh_verdicts(study, choice, *, B: int = 5000, seed: int = 0) -> list[V.Verdi
         _impl3(study, common),
         _geometry(study, choice, B, seed),
     ]
+
+
+def spiral_verdicts(spiral, *, seed: int = 0) -> list[V.Verdict]:
+    """The spiral probe's verdict (`crh-spiral`): the held-out shape selection of its trajectory
+    (`select_trajectory_shape`: line, planar arc, helix by cross-validated R²); reproduced when the
+    helix is chosen (both gains' bootstrap lower bounds above 0, an intersection-union rule that
+    needs no correction). One prompt pair is one sampling unit, and the bootstrap resamples the
+    trajectory's points, not prompt pairs, so the unit check fails for a one-pair probe: a helix on one
+    pair is an example, not the population claim."""
+    from interplab.probes.crh.shape_selection import select_trajectory_shape
+
+    sel = select_trajectory_shape(spiral.vectors.vectors, seed=seed)
+    r2 = dict(zip(sel.table["shape"], sel.table["cv_r2"]))
+    g = sel.gains.set_index("comparison")
+    gain = g.loc["helix-arc", ["gain", "lo", "hi"]].to_numpy(dtype=float)
+    measured = (
+        f"held-out R² line {r2['line']:.3f}, arc {r2['arc']:.3f}, helix {r2['helix']:.3f}; helix − "
+        f"arc {_ci(*gain, fmt='+.4f')}; chosen: {sel.chosen}"
+    )
+    checks = (
+        V.sampling_units(1, unit="prompt pair", subject="prompt pairs probed",
+                         resampled="trajectory point"),
+        V.multiple_testing(2, "intersection-union: the helix must beat both the arc and the line",
+                           subject="helix − arc and helix − line"),
+    )
+    return [V.Verdict(METHOD, CLAIMS["spiral"], measured, sel.chosen == "helix", checks)]

@@ -86,6 +86,15 @@ class ReadChoice(Result):
         )
         return out
 
+    def best(self) -> tuple[str, int, int]:
+        """The decision rule on the selection replies: the (position, layer, step) with the highest
+        mean fluent concept rate; ties go to the earlier candidate in the configured order."""
+        t = self.table().set_index(["position", "layer", "step"])["fluent_concept_rate"]
+        cands = _candidates(self.config["positions"], self.config["layers"], self.config["n_strengths"])
+        # rates are means of k/n fractions, rounded so that a tie is a tie whatever order the sums
+        # ran in
+        return cands[max(range(len(cands)), key=lambda i: (round(float(t.loc[cands[i]]), 9), -i))]
+
     def summary(self) -> dict:
         t = self.table()
         row = t[
@@ -256,12 +265,7 @@ def choose_read(
             "steer_positions": "prompt",
         },
     )
-    t = choice.table().set_index(["position", "layer", "step"])["fluent_concept_rate"]
-    cands = _candidates(positions, layers, n_strengths)
-    best = cands[
-        max(range(len(cands)), key=lambda i: (t.loc[cands[i]], -i))
-    ]  # ties: the earlier candidate
-    choice.position, choice.layer, choice.step = best
+    choice.position, choice.layer, choice.step = choice.best()
     return choice
 
 

@@ -50,6 +50,8 @@ __all__ = ["crh_verdicts", "spiral_verdicts", "judge_check", "CLAIMS", "ALPHA"]
 
 METHOD = "crh"
 ALPHA = 0.05
+#: an interval bound counts as above 0 only beyond float noise (bootstrap means of 0/1 hits)
+EPS = 1e-9
 CLAIMS = {
     "elicit": "Steering along a concept's difference vector elicits the concept, beyond a "
     "matched-norm control",
@@ -173,7 +175,7 @@ def _elicit(study, choice, thr: float, common: list, B: int, seed: int) -> V.Ver
                 subject=f"control vector norm, worst of {len(target)} concepts",
             )
         )
-        supported = bool(diff[1] > 0)
+        supported = bool(diff[1] > EPS)
         measured = (
             f"fluent concept rate at {_read(choice)}: diffmean {_ci(*arm['diffmean'][:3])} vs "
             f"pseudo-concept control {_ci(*arm['control'][:3])}; difference "
@@ -244,7 +246,7 @@ def _sector(study, thr: float, common: list, B: int, seed: int) -> V.Verdict:
         f"{h['heldout_best_rate']:.3f} (best) vs {h['heldout_mean_rate']:.3f} (all sectors)"
     )
     return V.Verdict(
-        METHOD, CLAIMS["sector"], measured, bool(h["heldout_gain_lo"] > 0), tuple(checks)
+        METHOD, CLAIMS["sector"], measured, bool(h["heldout_gain_lo"] > EPS), tuple(checks)
     )
 
 
@@ -301,7 +303,7 @@ def _impl1(study, common: list, B: int, seed: int) -> V.Verdict:
         f"{np.median(np.concatenate(cos)):.2f}), as the repo "
         "defines it"
     )
-    return V.Verdict(METHOD, CLAIMS["impl1"], measured, bool(diff[1] > 0), tuple(checks), note=note)
+    return V.Verdict(METHOD, CLAIMS["impl1"], measured, bool(diff[1] > EPS), tuple(checks), note=note)
 
 
 def _impl2(study, common: list) -> V.Verdict:
@@ -393,7 +395,7 @@ def _geometry(study, choice, B: int, seed: int) -> V.Verdict:
             paired_signflip_test(g["plane_explained"], g["plane_explained_control"], seed=seed)
         )
     adj = holm_adjust(np.array(p))
-    up = [L for L, d, a in zip(layers, delta, adj) if d > 0 and a < ALPHA]
+    up = [L for L, d, a in zip(layers, delta, adj) if d > EPS and a < ALPHA]
     at = m[m["layer"] == study.steer_layer]
     if not len(at):
         raise InputError(f"the control statistics lack the steering block {study.steer_layer}")
@@ -414,7 +416,7 @@ def _geometry(study, choice, B: int, seed: int) -> V.Verdict:
         f"{adj[i]:.3g}"
     )
     return V.Verdict(
-        METHOD, CLAIMS["geometry"], measured, bool(adj[i] < ALPHA and delta[i] > 0), checks
+        METHOD, CLAIMS["geometry"], measured, bool(adj[i] < ALPHA and delta[i] > EPS), checks
     )
 
 

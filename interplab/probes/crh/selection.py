@@ -90,7 +90,8 @@ class ReadChoice(Result):
         """The decision rule on the selection replies: the (position, layer, step) with the highest
         mean fluent concept rate; ties go to the earlier candidate in the configured order."""
         t = self.table().set_index(["position", "layer", "step"])["fluent_concept_rate"]
-        cands = _candidates(self.config["positions"], self.config["layers"], self.config["n_strengths"])
+        cfg = self.config
+        cands = _candidates(cfg["positions"], cfg["layers"], cfg["n_strengths"])
         # rates are means of k/n fractions, rounded so that a tie is a tie whatever order the sums
         # ran in
         return cands[max(range(len(cands)), key=lambda i: (round(float(t.loc[cands[i]]), 9), -i))]
@@ -134,137 +135,96 @@ def _candidates(positions, layers, n_strengths: int) -> list[tuple[str, int, int
     return [(p, int(L), k) for p in positions for L in layers for k in range(1, n_strengths + 1)]
 
 
-def choose_read(
-    model,
-    concepts: Sequence[ConceptData],
-    *,
-    positions: Sequence[str] = ("last", "mean"),
-    layers: Sequence[int] = (10,),
-    lmax: float = 1.0,
-    n_strengths: int = 4,
-    max_new_tokens: int = 20,
-    max_rows: int = 512,
-    scored: Sequence[str] = (),
-    log=print,
-) -> ReadChoice:
-    """See the module docstring. `scored`: the names of the concepts the study will score (recorded
-    so the verdicts can check that none of them chose the setting)."""
-    from interplab.probes.crh.baselines import diffmean_direction
-    from interplab.probes.crh.diffs import concept_diffs_by_layer
+def _row(c, pos: str, layer: int, step: int, strength: float, j: int, label, nll, text) -> dict:
+    return {"concept": c.name, "position": pos, "layer": layer, "step": step, "strength": strength,
+            "prompt": j, "label": int(label), "nll": float(nll), "text": text}
+
+
+def _judged(concepts, owners: list, texts: list[str]) -> np.ndarray:
+    """Each reply labelled by the judge of the concept it belongs to (`owners[i]`)."""
     from interplab.probes.crh.judges import TokenSetJudge
+
+    labels = np.empty(len(texts), np.int64)
+    for c in concepts:
+        idx = [i for i, o in enumerate(owners) if o is c]
+        labels[idx] = TokenSetJudge(c.words)([texts[i] for i in idx])
+    return labels
+
+
+def _unsteered(model, concepts, gen: dict) -> tuple[list[dict], float]:
+    """The selection concepts' unsteered replies (step 0) and the fluency threshold they set."""
+    from interplab.probes.crh.steering import reply_nll, steer_generate
+
+    owners = [c for c in concepts for _ in c.test_prompts]
+    prompts = [p for c in concepts for p in c.test_prompts]
+    texts = steer_generate(model, prompts, np.zeros((len(prompts), model.d_model)), **gen).texts
+    nll = reply_nll(model, texts)
+    if not np.isfinite(nll).any():
+        raise InputError("every unsteered selection reply was empty; no fluency threshold can be "
+                         "set")
+    thr = float(np.quantile(nll[np.isfinite(nll)], FLUENCY_QUANTILE))
+    js = [j for c in concepts for j in range(len(c.test_prompts))]
+    labels = _judged(concepts, owners, texts)
+    return [_row(o, "-", -1, 0, 0.0, j, lab, ll, t)
+            for o, j, lab, ll, t in zip(owners, js, labels, nll, texts)], thr
+
+
+def _steered(model, concepts, dirs: dict, positions, layer: int, lmax: float, n_strengths: int,
+             gen: dict) -> list[dict]:
+    """Every (concept, position, step, prompt) of one block, in one batched generation."""
     from interplab.probes.crh.sectors import strength_grid
     from interplab.probes.crh.steering import reply_nll, steer_generate
     from interplab.probes.crh.study import residual_unit
 
+    meta, vecs, prompts = [], [], []
+    for c in concepts:
+        grid = strength_grid(lmax * residual_unit(model, c.test_prompts, layer), n_strengths)
+        for pos in positions:
+            for k, s in enumerate(grid, start=1):
+                for j, p in enumerate(c.test_prompts):
+                    meta.append((c, pos, k, float(s), j))
+                    vecs.append(dirs[(pos, c.name, layer)] * s)
+                    prompts.append(p)
+    texts = steer_generate(model, prompts, np.stack(vecs), positions="prompt", **gen).texts
+    labels = _judged(concepts, [m[0] for m in meta], texts)
+    return [_row(c, pos, layer, k, s, j, lab, ll, t)
+            for (c, pos, k, s, j), lab, ll, t in zip(meta, labels, reply_nll(model, texts), texts)]
+
+
+def choose_read(model, concepts: Sequence[ConceptData], *,
+                positions: Sequence[str] = ("last", "mean"), layers: Sequence[int] = (10,),
+                lmax: float = 1.0, n_strengths: int = 4, max_new_tokens: int = 20,
+                max_rows: int = 512, scored: Sequence[str] = (), log=print) -> ReadChoice:
+    """See the module docstring. `scored`: the names of the concepts the study will score (recorded
+    so the verdicts can check that none of them chose the setting)."""
+    from interplab.probes.crh.baselines import diffmean_direction
+    from interplab.probes.crh.diffs import concept_diffs_by_layer
+
     concepts = list(concepts)
     if not concepts:
         raise InputError("choose_read needs at least one selection concept")
-    bad = [p for p in positions if p not in ("last", "mean")]
-    if bad or not positions or not layers:
-        raise ConfigError(
-            f"positions must be a non-empty subset of ('last', 'mean') and layers non-empty; got "
-            f"{list(positions)}, {list(layers)}"
-        )
+    if not positions or not layers or any(p not in ("last", "mean") for p in positions):
+        raise ConfigError(f"positions must be a non-empty subset of ('last', 'mean') and layers "
+                          f"non-empty; got {list(positions)}, {list(layers)}")
     layers = [int(L) for L in layers]
-    rows = []
-    null = steer_generate(
-        model,
-        [p for c in concepts for p in c.test_prompts],
-        np.zeros((sum(len(c.test_prompts) for c in concepts), model.d_model)),
-        site=f"resid_post.{layers[0]}",
-        max_new_tokens=max_new_tokens,
-        max_rows=max_rows,
-    ).texts
-    null_nll = reply_nll(model, null)
-    fin = null_nll[np.isfinite(null_nll)]
-    if fin.size == 0:
-        raise InputError(
-            "every unsteered selection reply was empty; no fluency threshold can be set"
-        )
-    thr = float(np.quantile(fin, FLUENCY_QUANTILE))
-    i = 0
-    for c in concepts:
-        lab = TokenSetJudge(c.words)(null[i : i + len(c.test_prompts)])
-        rows += [
-            {
-                "concept": c.name,
-                "position": "-",
-                "layer": -1,
-                "step": 0,
-                "strength": 0.0,
-                "prompt": j,
-                "label": int(lab[j]),
-                "nll": float(null_nll[i + j]),
-                "text": null[i + j],
-            }
-            for j in range(len(c.test_prompts))
-        ]
-        i += len(c.test_prompts)
+    gen = {"max_new_tokens": max_new_tokens, "max_rows": max_rows}
+    rows, thr = _unsteered(model, concepts, {**gen, "site": f"resid_post.{layers[0]}"})
     dirs = {}
     for pos in positions:
         for c in concepts:
             by = concept_diffs_by_layer(model, c.train_pairs, layers=layers, position=pos)
-            for L in layers:
-                dirs[(pos, c.name, L)] = diffmean_direction(by[L][0])
-    for L in layers:  # one site per generate call: every position and concept of a layer
-        meta, vecs, prompts = [], [], []
-        for c in concepts:
-            grid = strength_grid(lmax * residual_unit(model, c.test_prompts, L), n_strengths)
-            for pos in positions:
-                for k, s in enumerate(grid, start=1):
-                    for j, p in enumerate(c.test_prompts):
-                        meta.append((c, pos, k, float(s), j))
-                        vecs.append(dirs[(pos, c.name, L)] * s)
-                        prompts.append(p)
-        texts = steer_generate(
-            model,
-            prompts,
-            np.stack(vecs),
-            site=f"resid_post.{L}",
-            positions="prompt",
-            max_new_tokens=max_new_tokens,
-            max_rows=max_rows,
-        ).texts
-        nll = reply_nll(model, texts)
-        labels = np.empty(len(texts), np.int64)
-        for c in concepts:  # each concept's replies by its own judge
-            idx = [r for r, m in enumerate(meta) if m[0] is c]
-            labels[idx] = TokenSetJudge(c.words)([texts[r] for r in idx])
-        for (c, pos, k, s, j), t, ll, lab in zip(meta, texts, nll, labels):
-            rows.append(
-                {
-                    "concept": c.name,
-                    "position": pos,
-                    "layer": L,
-                    "step": k,
-                    "strength": s,
-                    "prompt": j,
-                    "label": int(lab),
-                    "nll": float(ll),
-                    "text": t,
-                }
-            )
-        log(f"[crh] read selection: block {L} done ({len(texts)} replies)")
+            dirs.update({(pos, c.name, L): diffmean_direction(by[L][0]) for L in layers})
+    for L in layers:                    # one site per generate call: every position and concept
+        rows += _steered(model, concepts, dirs, positions, L, lmax, n_strengths,
+                         {**gen, "site": f"resid_post.{L}"})
+        log(f"[crh] read selection: block {L} done")
     replies = pd.DataFrame(rows)
     replies["fluent"] = np.isfinite(replies["nll"]) & (replies["nll"] <= thr)
-    choice = ReadChoice(
-        position="",
-        layer=-1,
-        step=0,
-        selection=[c.name for c in concepts],
-        scored=list(scored),
-        replies=replies,
-        threshold=thr,
-        config={
-            "positions": list(positions),
-            "layers": layers,
-            "lmax": lmax,
-            "n_strengths": n_strengths,
-            "max_new_tokens": max_new_tokens,
-            "fluency_quantile": FLUENCY_QUANTILE,
-            "steer_positions": "prompt",
-        },
-    )
+    choice = ReadChoice(position="", layer=-1, step=0, selection=[c.name for c in concepts],
+                        scored=list(scored), replies=replies, threshold=thr,
+                        config={"positions": list(positions), "layers": layers, "lmax": lmax,
+                                "n_strengths": n_strengths, "max_new_tokens": max_new_tokens,
+                                "fluency_quantile": FLUENCY_QUANTILE, "steer_positions": "prompt"})
     choice.position, choice.layer, choice.step = choice.best()
     return choice
 

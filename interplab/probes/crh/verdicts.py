@@ -455,7 +455,12 @@ def spiral_verdicts(spiral, *, seed: int = 0) -> list[V.Verdict]:
     pair is an example, not the population claim."""
     from interplab.probes.crh.shape_selection import select_trajectory_shape
 
-    sel = select_trajectory_shape(spiral.vectors.vectors, seed=seed)
+    units = V.sampling_units(1, unit="prompt pair", subject="prompt pairs probed",
+                             resampled="trajectory point")
+    try:
+        sel = select_trajectory_shape(spiral.vectors.vectors, seed=seed)
+    except InputError as e:  # too few budgets for held-out folds: the shape is not decided
+        return [V.Verdict(METHOD, CLAIMS["spiral"], f"not computable: {e}", None, (units,))]
     r2 = dict(zip(sel.table["shape"], sel.table["cv_r2"]))
     g = sel.gains.set_index("comparison")
     gain = g.loc["helix-arc", ["gain", "lo", "hi"]].to_numpy(dtype=float)
@@ -464,8 +469,7 @@ def spiral_verdicts(spiral, *, seed: int = 0) -> list[V.Verdict]:
         f"arc {_ci(*gain, fmt='+.4f')}; chosen: {sel.chosen}"
     )
     checks = (
-        V.sampling_units(1, unit="prompt pair", subject="prompt pairs probed",
-                         resampled="trajectory point"),
+        units,
         V.multiple_testing(2, "intersection-union: the helix must beat both the arc and the line",
                            subject="helix − arc and helix − line"),
     )

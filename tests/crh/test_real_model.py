@@ -90,6 +90,8 @@ def test_crh_page_opens_on_the_paper_concepts_for_smollm2(monkeypatch, tmp_path)
     assert "crh_model_scene_only__chart" in charts
     # the committed SmolLM2 study opens in the saved-run box
     assert "crh_concepts_elicitation__chart" in charts and "crh_concepts_stats__chart" in charts
+    # ... with its verdicts: a failed check is a visible warning beside the numbers (issue 46)
+    assert any("Inconclusive because floor_ceiling" in w.value for w in at.warning)
     at.button(key="crh_try_go").click().run()
     assert not at.exception, at.exception
     table = next(d.value for d in at.dataframe if "condition" in d.value.columns)

@@ -194,7 +194,10 @@ def prose_numbers() -> dict[str, str]:
              for c in study.concepts.values()]
     pt = study.pairwise
     two = sum(np.count_nonzero(c.penalty.margins(0)) >= 2 for c in study.concepts.values())
+    sel_t = table(MAIN, "read_selection")
+    top = sel_t.loc[sel_t["step"] > 0, "fluent_concept_rate"].round(9)
     return {
+        "tie": f"{int((top == top.max()).sum())} settings tie at {top.max():.2f}",
         "ratio": f"achieved / asked = {min(ratio):.2f} for every concept" if f"{min(ratio):.2f}"
         == f"{max(ratio):.2f}" else f"achieved / asked {min(ratio):.2f}–{max(ratio):.2f}",
         "grid": f"{study.trig_concept.config['n_grid']:,}-point grid",

@@ -15,14 +15,20 @@ concept), so that protocol gives pairs that differ in wording but not in concept
   so the difference vector is the concept, not length or style.
 
 The concept's words (`resources/crh/concept_lexicon.csv`, 25 of the paper's 100 concepts, hand-compiled from the
-concept's description and the examples in its `instruction`; see SOURCE.md) are also its judge's token set
-(`TokenSetJudge`): a steered reply counts as showing the concept when it contains one of them. Rows come in the
-pair-file schema (`concept, question, resp_no_concept, resp_with_concept`, + `concept_words`, `cid`, `qid`), so they
-go through `interplab.probes.crh.real_data.user_concept_data` like any user pair file.
+concept's description and the examples in its `instruction`; see SOURCE.md) are split in two (`split_words`, issue
+46): the **build** words fill the with-concept slots, so they make the difference vector, and the **judge** words are
+the judge's token set (`TokenSetJudge`): a steered reply counts as showing the concept when it contains one of them.
+A vector that only re-emits the words it was built from then scores nothing; it has to reach the concept's other
+words. The split rule groups a concept's words into families (`word_families`: inflections, spelling variants and
+words containing one another are one family) and alternates whole families build, judge, build, ... in lexicon order,
+so no judge word is an inflection of a build word. Rows come in the pair-file schema (`concept, question,
+resp_no_concept, resp_with_concept`, + `concept_words` (the judge's), `build_words`, `cid`, `qid`), so they go
+through `interplab.probes.crh.real_data.user_concept_data` like any user pair file.
 """
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Sequence
@@ -30,7 +36,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["FRAMES", "CONTROL", "LexiconConcept", "concept_lexicon", "neutral_words", "offline_concept_pairs",
-           "control_pairs", "resolve_concepts"]
+           "control_pairs", "resolve_concepts", "word_families", "split_words", "WordSplit"]
 
 #: the name of the no-concept control of `control_pairs`
 CONTROL = "control (8 random nouns)"
@@ -89,6 +95,69 @@ def resolve_concepts(names: Sequence) -> list[LexiconConcept]:
     return out
 
 
+def _stem(word: str) -> str:
+    """Case-folded letters and digits of a word (so "<script>" is "script") less one plural ending."""
+    s = re.sub(r"[^\w]", "", word.casefold()) or word.casefold()
+    if s.endswith("ies") and len(s) > 4:
+        return s[:-3] + "y"                                   # trophies -> trophy
+    if re.search(r"(s|x|ch|sh)es$", s) and len(s) > 4:
+        return s[:-2]                                         # marshes -> marsh
+    if s.endswith("s") and not s.endswith("ss") and len(s) > 3:
+        return s[:-1]
+    return s
+
+
+def _related(a: str, b: str) -> bool:
+    """One family: the same stem, the same first 6 letters (milliliter / millilitre, kilometers / kilometres), or
+    one stem inside the other from 3 letters on (log / logarithm, script / javascript)."""
+    x, y = _stem(a), _stem(b)
+    if x == y or (min(len(x), len(y)) >= 6 and x[:6] == y[:6]):
+        return True
+    return min(len(x), len(y)) >= 3 and (x in y or y in x)
+
+
+def word_families(words: Sequence[str]) -> list[tuple[str, ...]]:
+    """The words grouped into families (connected components of `_related`), each family and the list in order of
+    first appearance. Two words of one family are one word to a judge: a vector built from "root" that makes the
+    model say "roots" has not reached anything new."""
+    ws = list(dict.fromkeys(str(w) for w in words))
+    parent = list(range(len(ws)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i in range(len(ws)):
+        for j in range(i):
+            if _related(ws[i], ws[j]):
+                a, b = root(i), root(j)
+                parent[max(a, b)] = min(a, b)
+    roots = sorted({root(i) for i in range(len(ws))})
+    return [tuple(ws[i] for i in range(len(ws)) if root(i) == r) for r in roots]
+
+
+@dataclass(frozen=True)
+class WordSplit:
+    """A concept's words split into those that build its difference vector and those its judge looks for."""
+
+    build: tuple[str, ...]
+    judge: tuple[str, ...]
+
+
+def split_words(words: Sequence[str]) -> WordSplit:
+    """The rule (fixed before any reply was seen): families (`word_families`) in lexicon order alternate build,
+    judge, build, ...; the first family (the lexicon lists the concept's own name first) builds. Needs two
+    families, else no word is left to judge with."""
+    from interplab.core.errors import ConfigError
+
+    fams = word_families(words)
+    if len(fams) < 2:
+        raise ConfigError(f"the words {list(words)} form one family; a held-out judge needs words of at least two "
+                          "families (add an unrelated word of the concept to the lexicon)")
+    return WordSplit(build=tuple(w for f in fams[0::2] for w in f), judge=tuple(w for f in fams[1::2] for w in f))
+
+
 def neutral_words() -> tuple[str, ...]:
     """Everyday nouns (singular and plural) that are no concept's word: the control arm's slot words."""
     import pandas as pd
@@ -100,9 +169,12 @@ def neutral_words() -> tuple[str, ...]:
     return tuple(w for w in words if w.lower() not in banned)
 
 
-def offline_concept_pairs(concepts: Sequence = (), *, n_pairs: int = 30, seed: int = 0) -> list[dict]:
+def offline_concept_pairs(concepts: Sequence = (), *, n_pairs: int = 30, seed: int = 0,
+                          held_out_judge: bool = True) -> list[dict]:
     """`n_pairs` (without, with) rows per concept (keys or ids; empty = all): each concept draws its own questions
-    from the shuffled public facts (seeded by `seed` and the concept id), a frame and slot words per row."""
+    from the shuffled public facts (seeded by `seed` and the concept id), a frame and slot words per row.
+    held_out_judge: the slots take the concept's build words only and `concept_words` (the judge's) are its judge
+    words (`split_words`); False: every word both builds and judges (the pairs of the issue-28 runs)."""
     from interplab.core.errors import ConfigError
     from interplab.data.chat_corpus import fact_turns
     from interplab.data.scoring import surface_tokens
@@ -114,14 +186,15 @@ def offline_concept_pairs(concepts: Sequence = (), *, n_pairs: int = 30, seed: i
     for c in resolve_concepts(concepts):
         rng = np.random.default_rng([seed, c.concept_id])
         turns = fact_turns(seed=int(rng.integers(2**31)))
-        slot = [w for w in c.words if w.isalnum() or "-" in w] or list(c.words)
+        split = split_words(c.words) if held_out_judge else WordSplit(build=c.words, judge=c.words)
+        slot = [w for w in split.build if w.isalnum() or "-" in w] or list(split.build)
         own = {w.lower() for w in c.words}
         # a fact that already names the concept ("... the Brunei dollar" for prices) would put it in both arms
         turns = [(q, a) for q, a in turns if not own & set(surface_tokens(f"{q} {a}".lower()))]
         if n_pairs > len(turns):
             raise ConfigError(f"n_pairs={n_pairs} exceeds the {len(turns)} public facts free of {c.key!r} words")
-        rows += [_pair_row(rng, c.key, c.concept_id, qid, q, a, slot, neutral, c.words)
-                 for qid, (q, a) in enumerate(turns[:n_pairs])]
+        rows += [{**_pair_row(rng, c.key, c.concept_id, qid, q, a, slot, neutral, split.judge),
+                  "build_words": "|".join(split.build)} for qid, (q, a) in enumerate(turns[:n_pairs])]
     return rows
 
 

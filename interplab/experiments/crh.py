@@ -59,7 +59,9 @@ class CRHToyConfig(ConceptStudyConfig):
     caps them) elicited from the model on `questions` (a file of AlpacaEval rows; empty = the hub) with
     max_new_tokens_pairs-token greedy answers. control (data=offline): also fit the cylinder statistics of
     that many pseudo-concepts (`concept_pairs.control_pairs`: 8 random nouns each, seeds seed+1, seed+2, ...) at every
-    layer, the empirical null of the geometry (`tables/control_stats.csv`; never steered)."""
+    layer, the empirical null of the geometry (`tables/control_stats.csv`; never steered). held_out_judge
+    (data=offline): the concept's words are split (`concept_pairs.split_words`) into those that build the pairs and
+    those the judge looks for; false = every word both builds and judges (the issue-28 pairs)."""
 
     model: str = "zoo:toy-chat"
     concepts: list[str] = field(default_factory=list)
@@ -73,6 +75,7 @@ class CRHToyConfig(ConceptStudyConfig):
     n_concepts: int = 0
     max_new_tokens_pairs: int = 32
     control: int = 0
+    held_out_judge: bool = True
 
 
 def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
@@ -84,7 +87,8 @@ def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
     if cfg.data == "offline":
         from interplab.data.concept_pairs import offline_concept_pairs
 
-        rows = offline_concept_pairs(cfg.concepts, n_pairs=cfg.n_train + cfg.n_test, seed=cfg.seed)
+        rows = offline_concept_pairs(cfg.concepts, n_pairs=cfg.n_train + cfg.n_test, seed=cfg.seed,
+                                     held_out_judge=cfg.held_out_judge)
         data = user_concept_data(rows, n_test=cfg.n_test, seed=cfg.seed, model=model)
         return data, [d.name for d in data]
     if cfg.data:
@@ -114,11 +118,18 @@ def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
 
 @dataclass
 class CRHConceptsConfig(CRHToyConfig):
-    """`crh-toy`'s settings with the real-model defaults (issue 28 §1, docs/crh.md "On a real model"): the offline
-    pairs of 25 paper concepts (`data=offline`, 25 train + 5 test pairs each) on SmolLM2-135M-Instruct, cylinder
-    statistics at every layer, activations read as the mean over each pair text's tokens, steering at block 10 with
-    strengths up to 1.5 × the residual norm there (6 steps), 3 penalty values, 8 sectors, 20-token replies, every
-    reply scored for fluency."""
+    """`crh-toy`'s settings with the real-model defaults (issues 28 §1 and 46, docs/crh.md "On a real model"): the
+    offline pairs of 25 paper concepts (`data=offline`, 25 train + 5 test pairs each, held-out judge words) on
+    SmolLM2-135M-Instruct, cylinder statistics at every layer, strengths up to 1.0 × the residual norm at the
+    steering block (4 steps), 3 penalty values, 8 sectors, 20-token replies, every reply scored for fluency.
+
+    select_concepts: that many concepts (a seeded draw, `selection.split_concepts`) choose the read position among
+    `select_positions`, the steering block among `select_layers` and the strength step (`choose_read`: diffmean
+    steering, the highest fluent concept rate); the study scores the other concepts only. 0 = no selection: the
+    study runs at `position` and `steer_layer` on every concept, and the verdicts flag the settings as not held out.
+    control_arm: steer each scored concept's prompts with a pseudo-concept's diffmean at the diffmean's norms (the
+    baselines' `control` method; pseudo-concept i is `control_pairs(seed=seed + 1 + i)`), and read its cylinder at
+    every layer (`tables/control_stats.csv`). The run saves its verdicts as `validity` (`probes.crh.verdicts`)."""
 
     model: str = "real:smollm2-135m-instruct"
     data: str = "offline"
@@ -127,13 +138,49 @@ class CRHConceptsConfig(CRHToyConfig):
     steer_layer: int = 10
     position: str = "mean"
     strength_unit: str = "resid"
-    penalty_lmax: float = 1.5
-    baseline_lmax: float = 1.5
-    n_strengths: int = 6
+    penalty_lmax: float = 1.0
+    baseline_lmax: float = 1.0
+    n_strengths: int = 4
     n_p: int = 3
     n_bins: int = 8
     max_new_tokens: int = 20
     fluency: bool = True
+    select_concepts: int = 5
+    select_positions: list[str] = field(default_factory=lambda: ["last", "mean"])
+    select_layers: list[int] = field(default_factory=lambda: [5, 10, 15])
+    control_arm: bool = True
+
+
+def _held_out_settings(cfg: CRHConceptsConfig, model, data: list):
+    """(scored concepts with their control pairs, the ReadChoice or None, the study config at the chosen
+    settings): the selection concepts choose the read position, block and step and are then left out."""
+    from dataclasses import replace
+
+    from interplab.data.concept_pairs import control_pairs
+    from interplab.probes.crh.real_data import user_concept_data
+    from interplab.probes.crh.selection import choose_read, split_concepts
+
+    choice = None
+    if cfg.select_concepts > 0:
+        sel, data = split_concepts(data, cfg.select_concepts, seed=cfg.seed)
+        choice = choose_read(model, sel, positions=cfg.select_positions, layers=cfg.select_layers,
+                             lmax=cfg.baseline_lmax, n_strengths=cfg.n_strengths, max_new_tokens=cfg.max_new_tokens,
+                             max_rows=cfg.max_rows, scored=[c.name for c in data])
+        cfg = replace(cfg, position=choice.position, steer_layer=choice.layer)
+    if cfg.control_arm:
+        if cfg.data != "offline":
+            from interplab.core.errors import ConfigError
+
+            raise ConfigError("control_arm steers the offline pairs' pseudo-concepts; set data=offline (or "
+                              "control_arm=false)")
+        out = []
+        for i, c in enumerate(data):
+            rows = control_pairs(cfg.n_train + cfg.n_test, seed=cfg.seed + 1 + i)
+            (ctl,) = user_concept_data(rows, n_test=cfg.n_test, seed=cfg.seed, model=model)
+            out.append(replace(c, control_pairs=ctl.train_pairs,
+                               control_name=f"pseudo-concept {i + 1} ({', '.join(ctl.words)})"))
+        data = out
+    return data, choice, cfg
 
 
 def _control_stats(cfg: CRHToyConfig, model, layers: list[int]):
@@ -183,11 +230,20 @@ def _concept_study(cfg: CRHToyConfig, run) -> None:
     t0 = time.perf_counter()
     model = interplab.load_model(cfg.model)
     data, names = _concept_data(cfg, model)
-    study = run_concept_study(model, data, cfg)
+    choice, run_cfg = None, cfg
+    if isinstance(cfg, CRHConceptsConfig) and cfg.steer:
+        data, choice, run_cfg = _held_out_settings(cfg, model, data)
+        names = [c.name for c in data]
+        if choice is not None:
+            run.save_result("read_choice", choice)
+            run.save_table("read_selection", choice.table())
+    study = run_concept_study(model, data, run_cfg)
     run.save_result("study", study)                 # the typed result; the tables below are views of it
     run.save_table("cylinder_stats", study.stats)
     if cfg.control > 0:
         run.save_table("control_stats", _control_stats(cfg, model, sorted(set(study.stats["layer"]))))
+    elif study.control_stats is not None:
+        run.save_table("control_stats", study.control_stats)
     save_figure(run, "cylinder_score", cylinder_stats_figure(study.stats, value="cylinder_score"))
     save_figure(run, "plane_explained", cylinder_stats_figure(study.stats, value="plane_explained"))
     L, c0 = study.steer_layer, study.concepts[names[0]]
@@ -226,8 +282,27 @@ def _concept_study(cfg: CRHToyConfig, run) -> None:
             save_figure(run, "elicitation", elicitation_curves(es))
             summary["fluency_threshold_nll"] = el.attrs["fluency_threshold"]
             summary["strength_unit"] = {n: c.unit for n, c in study.concepts.items()}
+            if isinstance(cfg, CRHConceptsConfig):
+                _save_verdicts(run, study, choice, es, run_cfg, summary)
     summary["seconds"] = time.perf_counter() - t0
     run.save_json("summary", summary)
+
+
+def _save_verdicts(run, study, choice, es, cfg, summary: dict) -> None:
+    """The run's verdicts (`probes.crh.verdicts`) as `validity`. Without a held-out selection the strength step is
+    the diffmean's best on the scored concepts, recorded as chosen on them (the held-out check then fails)."""
+    from interplab.probes.crh.selection import in_sample_choice
+    from interplab.probes.crh.verdicts import crh_verdicts
+    from interplab.probes.validity import ValidityReport
+
+    if choice is None:
+        d = es[es["method"] == "diffmean"]
+        step = int(d.loc[d["fluent_concept_rate"].idxmax(), "step"])
+        choice = in_sample_choice(cfg.position, study.steer_layer, step, list(study.concepts))
+    report = ValidityReport.of(crh_verdicts(study, choice, seed=cfg.seed))
+    run.save_result("validity", report)
+    summary["read_choice"] = choice.summary()
+    summary["validity"] = report.outcomes
 
 
 @dataclass
@@ -301,6 +376,10 @@ def crh_spiral(cfg: CRHSpiralConfig, run) -> None:
                "reference_helix": {k: v.summary() for k, v in sp.reference_fits.items()},
                "planar_helix": {k: v.summary() for k, v in sp.planar_fits.items()}}
     run.save_json("summary", summary)
+    from interplab.probes.crh.verdicts import spiral_verdicts
+    from interplab.probes.validity import ValidityReport
+
+    run.save_result("validity", ValidityReport.of(spiral_verdicts(sp)))
     save_figure(run, "optimisation", steering_vectors_figure(sv))
     for k, fit in sp.fits.items():
         save_figure(run, f"helix_{k}", helix_figure(fit))

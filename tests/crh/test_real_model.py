@@ -27,18 +27,23 @@ def test_crh_concepts_runs_on_the_real_model(tmp_path):
     from interplab.results.runs import load_run
 
     _require_smollm2()
-    path = run_experiment("crh-concepts", {"model": SMOL, "concepts": "temperature,wetland", "n_train": "4",
+    path = run_experiment("crh-concepts", {"model": SMOL, "concepts": "price,temperature,wetland", "n_train": "4",
                                            "n_test": "2", "layers": "5,10", "n_strengths": "2", "n_p": "2",
-                                           "n_bins": "3", "max_new_tokens": "4", "n_perm": "5"}, root=tmp_path)
+                                           "n_bins": "3", "max_new_tokens": "4", "n_perm": "5",
+                                           "select_concepts": "1", "select_positions": "mean",
+                                           "select_layers": "10"}, root=tmp_path)
     s = json.loads((path / "json" / "summary.json").read_text())
     assert s["format"] == "chat" and s["data"] == "offline" and s["steer_layer"] == 10
+    assert s["read_choice"]["held_out"] and len(s["validity"]) == 6
     # the residual-norm unit is the model's own scale (SmolLM2's mid-layer norms are ~10^2), not the diffmean norm
     assert all(u > 20 for u in s["strength_unit"].values())
     study = load_run(path).result("study")
-    assert isinstance(study, ConceptStudy) and set(study.concepts) == {"temperature", "wetland"}
+    assert isinstance(study, ConceptStudy) and len(study.concepts) == 2
+    assert set(study.concepts) == set(s["read_choice"]["selection"]) ^ {"price", "temperature", "wetland"}
     assert set(study.stats["layer"]) == {5, 10}
     es = pd.read_csv(path / "tables" / "elicitation_summary.csv")
-    assert {"unsteered", "diffmean", "pca", "probe", "sector", "sector best", "penalty p=0"} == set(es["method"])
+    assert {"unsteered", "diffmean", "pca", "probe", "control", "sector", "sector best",
+            "penalty p=0"} == set(es["method"])
     # unsteered replies to public-fact questions are ordinary language: none is gibberish
     assert es.loc[es["method"] == "unsteered", "gibberish_rate"].iloc[0] == 0
     assert (path / "figures" / "elicitation.html").exists()
@@ -85,6 +90,8 @@ def test_crh_page_opens_on_the_paper_concepts_for_smollm2(monkeypatch, tmp_path)
     assert "crh_model_scene_only__chart" in charts
     # the committed SmolLM2 study opens in the saved-run box
     assert "crh_concepts_elicitation__chart" in charts and "crh_concepts_stats__chart" in charts
+    # ... with its verdicts: a failed check is a visible warning beside the numbers (issue 46)
+    assert any("Inconclusive because floor_ceiling" in w.value for w in at.warning)
     at.button(key="crh_try_go").click().run()
     assert not at.exception, at.exception
     table = next(d.value for d in at.dataframe if "condition" in d.value.columns)

@@ -128,11 +128,14 @@ model = picked.load()
 
 with st.expander("Saved real-model study: 25 paper concepts (`crh-concepts`)", expanded=not picked.name.startswith(
         "zoo:")):
-    st.caption("Offline (without, with) pairs of 25 of the paper's concepts (interplab.data.concept_pairs), cylinder "
-               "statistics at every layer against the LRH null, and steering at one layer: sectors, the penalty "
-               "direction and the diffmean (CAA) / PCA / probe baselines against the unsteered replies, each reply "
-               "judged for the concept's words and scored for fluency (its NLL under the unsteered model). "
-               "docs/crh.md, \"On a real model\".")
+    st.caption("Offline (without, with) pairs of 25 of the paper's concepts (interplab.data.concept_pairs): "
+               "5 concepts choose the read position, block and strength, the other 20 are scored — cylinder "
+               "statistics at every layer against paired pseudo-concepts, and steering at the chosen block: "
+               "sectors, the penalty direction and the diffmean (CAA) / PCA / probe baselines against a "
+               "matched-norm pseudo-concept control and the unsteered replies, each reply judged for the "
+               "concept's held-out words (not those that built the vector) and scored for fluency (its NLL "
+               "under the unsteered model). The verdicts and their checks are above. docs/crh.md, \"On a real "
+               "model\".")
     cstudy = saved_result("crh-concepts", "study", "crh_concepts_run", label="Saved crh-concepts run",
                           hint=" (about 45 min on 2 CPU cores)", prefer_model=name)
     if cstudy is not None:

@@ -7,7 +7,9 @@ steering trajectory), `synthetic` (planted-cylinder generator + oracle), `judges
 (concept difference vectors), `steering` (batched steered generation, sector / penalty scans), `baselines`,
 `pairs` (the paper's concept data pipeline), `real_data` (pair files and offline pairs on real chat models),
 `toy` (toy-organism concept data), `spiral` (steering-vector optimisation + helix fits), `elicitation` (concept
-and fluency rates of a study's replies). `study`: the synthetic and model studies behind the `crh-*` experiments."""
+and fluency rates of a study's replies). `study`: the synthetic and model studies behind the `crh-*` experiments.
+`selection`: the read position, block and strength chosen on held-out concepts; `verdicts`: a run's claims and their
+validity checks (issue 46)."""
 from __future__ import annotations
 
 from interplab.probes.crh.baselines import (BaselineCurves, baseline_scan, diffmean_direction, pca_direction,
@@ -34,6 +36,8 @@ from interplab.probes.crh.steering import (SteerRun, continuation_nll, penalty_s
                                            steer_generate, truncate_at)
 from interplab.probes.crh.study import (ConceptSteering, ConceptStudy, ConceptStudyConfig, SyntheticStudy,
                                         SyntheticStudyConfig, residual_unit, run_concept_study, synthetic_study)
+from interplab.probes.crh.selection import ReadChoice, choose_read, in_sample_choice, split_concepts
+from interplab.probes.crh.verdicts import crh_verdicts, spiral_verdicts
 from interplab.probes.crh.synthetic import (SECTOR_MODES, PlantedCylinder, PlantedCylinderConfig, planted_cylinder,
                                             synthetic_penalty_map, synthetic_sector_map)
 from interplab.probes.crh.toy import (SPIRAL_DEFAULT_PAIR, ConceptData, model_format, toy_concept_data,
@@ -63,4 +67,6 @@ __all__ = [
     # studies
     "SyntheticStudyConfig", "SyntheticStudy", "synthetic_study", "ConceptStudyConfig", "ConceptSteering",
     "ConceptStudy", "run_concept_study", "residual_unit",
+    # issue 46: settings chosen on held-out concepts, and the verdicts of a run
+    "ReadChoice", "split_concepts", "choose_read", "in_sample_choice", "crh_verdicts", "spiral_verdicts",
 ]

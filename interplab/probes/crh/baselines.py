@@ -63,7 +63,8 @@ class BaselineCurves(Result):
 
     methods: method names; labels: [n_methods, n_samples, n_strengths]; strengths: [n_strengths] (absolute norms,
     per method the same grid scaled by `scales[m]`, recorded); directions: [n_methods, d]; texts: optional generated
-    texts, flattened in (method, sample, strength) order."""
+    texts, flattened in (method, sample, strength) order; norms: [n_methods, n_strengths] the mean norm of the vectors
+    each method actually added (a matched-norm control is checked against it, not against the grid)."""
 
     methods: list[str]
     labels: np.ndarray
@@ -71,6 +72,7 @@ class BaselineCurves(Result):
     directions: np.ndarray
     config: dict = field(default_factory=dict)
     texts: list | None = None
+    norms: np.ndarray | None = None
 
     def rates(self, label: int = 2) -> tuple[np.ndarray, np.ndarray]:
         """Mean and 1.96·SEM across samples of the `label` indicator: each [n_methods, n_strengths]."""
@@ -110,7 +112,8 @@ def baseline_scan(model, prompts: Sequence, directions: dict, *, layer: int, jud
     run = steer_generate(model, rows_p, V, site=_read_site(layer, site), positions=positions,
                          max_new_tokens=max_new_tokens, max_rows=max_rows, greedy=greedy, progress=progress)
     labels = _judge(judge, run.texts).reshape(M, S, K)
+    norms = np.linalg.norm(V.reshape(M, S, K, -1), axis=-1).mean(1)
     return BaselineCurves(methods=names, labels=labels, strengths=L, directions=U,
                           config={"layer": layer, "positions": positions, "n_calls": run.n_calls,
                                   "max_new_tokens": max_new_tokens, "model": getattr(model, "name", "?")},
-                          texts=run.texts if keep_texts else None)
+                          texts=run.texts if keep_texts else None, norms=norms)

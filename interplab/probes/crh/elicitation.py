@@ -99,10 +99,12 @@ def elicitation_summary(frame: pd.DataFrame, *, B: int = 5000, seed: int = 0) ->
     return pd.DataFrame(out)
 
 
-def sector_holdout(study, *, B: int = 5000, seed: int = 0) -> tuple[pd.DataFrame, dict]:
+def sector_holdout(study, *, B: int = 5000, seed: int = 0, threshold: float | None = None
+                   ) -> tuple[pd.DataFrame, dict]:
     """(per-concept frame, summary): see the module docstring. Rates are label-2 fractions over (prompts ×
-    strengths) of the held-out half; the split is the first ⌈n/2⌉ test prompts vs the rest (prompt order is the
-    seeded pair split, independent of the replies)."""
+    strengths) of the held-out half — with `threshold`, fluent label-2 fractions (NLL at most the threshold, as
+    `elicitation_frame`); the split is the first ⌈n/2⌉ test prompts vs the rest (prompt order is the seeded pair
+    split, independent of the replies; `n_select` of each concept's `n_prompts` chose its sector)."""
     from interplab.probes.stats import bootstrap_ci
 
     rows = []
@@ -113,14 +115,22 @@ def sector_holdout(study, *, B: int = 5000, seed: int = 0) -> tuple[pd.DataFrame
         S = sm.labels.shape[0]
         if S < 2:
             raise InputError(f"concept {name!r} has {S} test prompt(s); a held-out sector test needs at least 2")
-        hit = (sm.labels == 2).astype(np.float64)                       # [S, bins, K]
+        hit = sm.labels == 2                                            # [S, bins, K]
+        if threshold is not None:
+            if c.nll is None:
+                raise InputError(f"concept {name!r} has no fluency scores; run the study with fluency=True")
+            hit = hit & np.isfinite(c.nll["sector"]) & (c.nll["sector"] <= threshold)
+        hit = hit.astype(np.float64)
         sel, held = hit[: (S + 1) // 2], hit[(S + 1) // 2:]
         best = int(np.argmax(sel.mean(axis=(0, 2))))
-        rows.append({"concept": name, "best_bin_deg": float(np.degrees(sm.bin_angles[best])),
+        rows.append({"concept": name, "n_prompts": S, "n_select": (S + 1) // 2,
+                     "best_bin_deg": float(np.degrees(sm.bin_angles[best])),
                      "selection_rate": float(sel[:, best].mean()), "heldout_best_rate": float(held[:, best].mean()),
                      "heldout_mean_rate": float(held.mean()),
                      "heldout_gain": float(held[:, best].mean() - held.mean())})
     df = pd.DataFrame(rows)
     m, lo, hi = bootstrap_ci(df["heldout_gain"].to_numpy(), B=B, seed=seed)
     return df, {"heldout_gain": m, "heldout_gain_lo": lo, "heldout_gain_hi": hi, "n_concepts": int(len(df)),
-                "n_positive": int((df["heldout_gain"] > 0).sum()), "n_negative": int((df["heldout_gain"] < 0).sum())}
+                "n_positive": int((df["heldout_gain"] > 0).sum()), "n_negative": int((df["heldout_gain"] < 0).sum()),
+                "heldout_best_rate": float(df["heldout_best_rate"].mean()),
+                "heldout_mean_rate": float(df["heldout_mean_rate"].mean()), "fluent": threshold is not None}

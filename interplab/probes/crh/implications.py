@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from interplab.core.errors import ConfigError, DataError, ShapeError
+from interplab.core.errors import ConfigError, DataError, InputError, ShapeError
 from interplab.core.result import Result
 from interplab.probes.crh.cylinder import _as_2d
 from interplab.probes.crh.sectors import _check_labels
@@ -153,11 +153,26 @@ class TrigLawScan(Result):
 
 
 
+def _group_perms(g: np.ndarray, S: np.ndarray, an: np.ndarray, n_perm: int, rng) -> np.ndarray:
+    """[n_perm, n] sample indices that give every sample of a group the (S, ‖a‖) of another group, the groups
+    shuffled as wholes; S and ‖a‖ must be constant within each group."""
+    labels, first, inv = np.unique(g, return_index=True, return_inverse=True)
+    if not (np.allclose(S, S[first][inv]) and np.allclose(an, an[first][inv])):
+        raise InputError("a group permutation needs a group-level steerability and axis norm (one value per "
+                         "group); pass groups=None for a sample-level S")
+    return np.stack([first[rng.permutation(labels.size)][inv] for _ in range(n_perm)]) if n_perm else \
+        np.zeros((0, g.size), int)
+
+
 def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float = 10.0, a_step: float = 0.05,
-                  p_step: float = 0.025, negative_cos: str = "drop", n_perm: int = 100, seed: int = 0) -> TrigLawScan:
+                  p_step: float = 0.025, negative_cos: str = "drop", n_perm: int = 100, seed: int = 0,
+                  groups=None) -> TrigLawScan:
     """For each exponent a and p ∈ [0.1, a − 0.1]: Pearson r between y = S/‖a‖^a and x = sin^a θ·cos^(2p−a) θ;
     keep the max over p. ‖a‖ is the stored diffmean norm (scalar or per sample), not the repo's step-length proxy.
-    negative_cos: 'drop' (count reported) or 'abs' (use |cos θ|) — the repo drops them silently via NaN."""
+    negative_cos: 'drop' (count reported) or 'abs' (use |cos θ|) — the repo drops them silently via NaN.
+    groups: [n] concept labels of a concept-level S (and ‖a‖): the permutation null then shuffles the concepts'
+    values among concepts, not samples (the samples of one concept share their S, so a sample shuffle would treat
+    them as independent units); None shuffles samples."""
     sin = np.asarray(sin_theta, np.float64).ravel()
     cos = np.asarray(cos_theta, np.float64).ravel()
     S = np.asarray(steerability, np.float64).ravel()
@@ -167,10 +182,14 @@ def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float
                          f"{S.shape}")
     if negative_cos not in ("drop", "abs"):
         raise ConfigError(f"negative_cos must be 'drop' or 'abs', got {negative_cos!r}")
+    g = None if groups is None else np.asarray(groups).ravel()
+    if g is not None and g.shape != S.shape:
+        raise ShapeError(f"groups must have one label per sample ({S.size}); got {g.shape}")
     neg = cos < 0
     if negative_cos == "drop":
         keep = ~neg
         sin, cos, S, an = sin[keep], cos[keep], S[keep], an[keep]
+        g = None if g is None else g[keep]
     else:
         cos = np.abs(cos)
     n = S.size
@@ -179,7 +198,8 @@ def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float
     A = np.round(np.arange(0.0, a_max + 1e-9, a_step), 10)
     ls, lc, la = np.log(np.maximum(sin, 1e-300)), np.log(np.maximum(cos, 1e-300)), np.log(an)
     rng = np.random.default_rng(seed)
-    perms = np.stack([rng.permutation(n) for _ in range(n_perm)]) if n_perm else np.zeros((0, n), int)
+    perms = _group_perms(g, S, an, n_perm, rng) if g is not None else \
+        (np.stack([rng.permutation(n) for _ in range(n_perm)]) if n_perm else np.zeros((0, n), int))
     r_max = np.full(A.size, np.nan)
     p_best = np.full(A.size, np.nan)
     perm_max = np.full(max(n_perm, 0), -np.inf)
@@ -213,4 +233,6 @@ def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float
                        global_a=float(A[gi]), global_p=float(p_best[gi]), perm_p=perm_p, n_used=int(n),
                        n_negative_cos=int(neg.sum()),
                        config={"a_max": a_max, "a_step": a_step, "p_step": p_step, "negative_cos": negative_cos,
-                               "n_perm": n_perm, "seed": seed})
+                               "n_perm": n_perm, "seed": seed, "permuted": "sample" if g is None else "group",
+                               "n_groups": None if g is None else int(np.unique(g).size),
+                               "n_grid": int(sum(np.arange(0.1, a - 0.1 + 1e-9, p_step).size for a in A))})

@@ -71,9 +71,11 @@ def user_concept_data(records: Iterable[dict], *, n_test: int = 5, seed: int = 0
         train = train[:max_train] if max_train else train
         pairs = lambda idx: [(pair_text(rows[i]["question"], rows[i]["resp_no_concept"]),
                               pair_text(rows[i]["question"], rows[i]["resp_with_concept"])) for i in idx]
+        build = rows[0].get("build_words")
         out.append(ConceptData(name=name, words=concept_words(name, rows[0].get("concept_words")),
                                train_pairs=pairs(train), test_pairs=pairs(test),
-                               test_prompts=[steer_prompt(rows[i]["question"]) for i in test]))
+                               test_prompts=[steer_prompt(rows[i]["question"]) for i in test],
+                               build_words=concept_words(name, build) if build else ()))
     return out
 
 

@@ -236,7 +236,9 @@ class ConceptSteering(Result):
     (when steering ran) the penalty map, sector map and baseline curves, the unit the strengths are multiples of,
     the unsteered replies (the judge's null) and, with `fluency`, every reply's NLL on its own under the unsteered
     model (`reply_nll`; keys 'null' [n_test], 'penalty' [n_test, n_p, K], 'sector' [n_test, n_bins, K],
-    'baselines' [M, n_test, K])."""
+    'baselines' [M, n_test, K]). judge_words / build_words: the judge's token set and the words the with-concept
+    texts were built from (empty: the same as the judge's, or unknown); control: the pseudo-concept whose diffmean
+    steered this concept's prompts as the baselines' `control` method at the same norms ('' = none)."""
 
     cylinder: Cylinder
     test_diffs: np.ndarray
@@ -247,6 +249,9 @@ class ConceptSteering(Result):
     null_labels: np.ndarray | None = None
     null_texts: list | None = None
     nll: dict | None = None
+    judge_words: tuple = ()
+    build_words: tuple = ()
+    control: str = ""
 
 
 @dataclass
@@ -258,7 +263,9 @@ class ConceptStudy(Result):
     maps pooled on the step axis (strengths differ per concept by ‖a‖; the repo pools by step too); margins: the
     Implication-3 M_i of every steered sample; pairwise: the Implication-3 test (None when too few samples
     activate); trig_concept / trig_sample: the Implication-2 scan with concept- / sample-level steerability (None
-    when not computable)."""
+    when not computable); control_stats: the cylinder summary of each concept's paired pseudo-concept (`control`,
+    its train pairs) per layer, the geometry's empirical null (None without control pairs); position: where the
+    pair texts were read ('last' | 'mean')."""
 
     stats: pd.DataFrame
     steer_layer: int
@@ -269,6 +276,8 @@ class ConceptStudy(Result):
     pairwise: PairwiseTest | None = None
     trig_concept: TrigLawScan | None = None
     trig_sample: TrigLawScan | None = None
+    control_stats: pd.DataFrame | None = None
+    position: str = ""
 
     @property
     def steered(self) -> bool:
@@ -314,25 +323,33 @@ class ConceptStudy(Result):
 
 def _cylinders(model, concepts: Sequence[ConceptData], layers: list[int], steer_layer: int, seed: int,
                position: str = "last"):
-    """Cylinder statistics per (concept, layer); the steering layer's cylinder, test diffs and train activations."""
-    stats, at_steer = [], {}
+    """Cylinder statistics per (concept, layer) and of each concept's control pairs; the steering layer's cylinder,
+    test diffs, train activations and control train diffs (None without control pairs)."""
+    stats, ctl, at_steer = [], [], {}
     for c in concepts:
         train = concept_diffs_by_layer(model, c.train_pairs, layers=sorted(layers), position=position)
         test = concept_diffs_by_layer(model, c.test_pairs, layers=sorted(layers), position=position)
+        control = None if not c.control_pairs else \
+            concept_diffs_by_layer(model, c.control_pairs, layers=sorted(layers), position=position)
         for L in sorted(layers):
             d, a_no, a_yes = train[L]
             cyl = fit_cylinder(d, seed=seed, meta={"concept": c.name, "layer": L, "site": f"resid_post.{L}"})
             dt = test[L][0]
             cos_t = dt @ cyl.axis / np.linalg.norm(dt, axis=1)
             stats.append({"concept": c.name, "layer": L, **cyl.summary(), "test_mean_cos_theta": float(cos_t.mean())})
+            if control is not None:
+                ctl.append({"concept": c.name, "control": c.control_name, "layer": L,
+                            **fit_cylinder(control[L][0], seed=seed).summary()})
             if L == steer_layer:
-                at_steer[c.name] = (cyl, dt, (a_no, a_yes, d))
-    return pd.DataFrame(stats), at_steer
+                at_steer[c.name] = (cyl, dt, (a_no, a_yes, d), None if control is None else control[L][0])
+    return pd.DataFrame(stats), (pd.DataFrame(ctl) if ctl else None), at_steer
 
 
 def _steer_concept(model, c: ConceptData, cyl: Cylinder, dt: np.ndarray, acts, cfg: ConceptStudyConfig,
-                   layer: int, ps: np.ndarray) -> ConceptSteering:
-    """Penalty scan, sector scan and baselines of one concept at the steering layer, and its unsteered replies."""
+                   layer: int, ps: np.ndarray, control_diffs: np.ndarray | None = None) -> ConceptSteering:
+    """Penalty scan, sector scan and baselines of one concept at the steering layer, and its unsteered replies.
+    With `control_diffs` (a pseudo-concept's train diffs) the baselines get a `control` method: its diffmean
+    direction at the same strengths, i.e. the concept's diffmean vector's norm, judged for this concept."""
     judge = TokenSetJudge(c.words)
     unit = cyl.axis_norm if cfg.strength_unit == "axis" else residual_unit(model, c.test_prompts, layer)
     Lp = strength_grid(cfg.penalty_lmax * unit, cfg.n_strengths)
@@ -346,6 +363,8 @@ def _steer_concept(model, c: ConceptData, cyl: Cylinder, dt: np.ndarray, acts, c
     a_no, a_yes, d_tr = acts
     dirs = {"diffmean": diffmean_direction(d_tr), "pca": pca_direction(d_tr),
             "probe": probe_direction(a_no, a_yes, seed=cfg.seed)}
+    if control_diffs is not None:
+        dirs["control"] = diffmean_direction(control_diffs)
     Lb = strength_grid(cfg.baseline_lmax * unit, cfg.n_strengths)
     bc = baseline_scan(model, c.test_prompts, dirs, layer=layer, judge=judge, strengths=Lb, keep_texts=True, **gen)
     nll = None
@@ -354,7 +373,8 @@ def _steer_concept(model, c: ConceptData, cyl: Cylinder, dt: np.ndarray, acts, c
                "sector": reply_nll(model, sm.texts).reshape(sm.labels.shape),
                "baselines": reply_nll(model, bc.texts).reshape(bc.labels.shape)}
     return ConceptSteering(cylinder=cyl, test_diffs=dt, penalty=pm, sector=sm, baselines=bc, unit=float(unit),
-                           null_labels=judge(null), null_texts=null, nll=nll)
+                           null_labels=judge(null), null_texts=null, nll=nll, judge_words=tuple(c.words),
+                           build_words=tuple(c.build_words), control=c.control_name if c.control_pairs else "")
 
 
 def residual_unit(model, prompts, layer: int) -> float:
@@ -393,8 +413,10 @@ def _implication_tests(study: ConceptStudy, cfg: ConceptStudyConfig, log) -> Non
     anorm = np.concatenate([np.full(k, s.cylinder.axis_norm) for k, s in zip(n, steer)])
     for level in ("concept", "sample"):
         try:
+            # concept-level S is one value per concept: its permutation null shuffles concepts, not samples
             setattr(study, f"trig_{level}", trig_law_scan(np.sqrt(np.clip(1 - cos**2, 0, 1)), cos, S[level], anorm,
-                                                          n_perm=100, seed=cfg.seed))
+                                                          n_perm=100, seed=cfg.seed,
+                                                          groups=groups if level == "concept" else None))
         except Exception as e:  # noqa: BLE001 - constant steerability (e.g. nothing activates) is a result
             log(f"[crh] Implication-2 scan ({level}) not computable: {e}")
 
@@ -410,22 +432,23 @@ def run_concept_study(model, concepts: Sequence[ConceptData], cfg: ConceptStudyC
     if steer_layer not in layers:
         layers.append(steer_layer)
     t0 = time.perf_counter()
-    stats, at_steer = _cylinders(model, concepts, layers, steer_layer, cfg.seed, cfg.position)
+    stats, ctl, at_steer = _cylinders(model, concepts, layers, steer_layer, cfg.seed, cfg.position)
     log(f"[crh] cylinders for {len(concepts)} concepts × {len(layers)} layers in {time.perf_counter() - t0:.1f}s")
     if not cfg.steer:
-        return ConceptStudy(stats=stats, steer_layer=steer_layer,
+        return ConceptStudy(stats=stats, steer_layer=steer_layer, control_stats=ctl, position=cfg.position,
                             concepts={n: ConceptSteering(cylinder=cyl, test_diffs=dt)
-                                      for n, (cyl, dt, _) in at_steer.items()})
+                                      for n, (cyl, dt, _, _) in at_steer.items()})
     ps = penalty_grid(cfg.n_p)
     per = {}
     for c in concepts:
         t = time.perf_counter()
-        cyl, dt, acts = at_steer[c.name]
-        per[c.name] = cs = _steer_concept(model, c, cyl, dt, acts, cfg, steer_layer, ps)
+        cyl, dt, acts, ctl_d = at_steer[c.name]
+        per[c.name] = cs = _steer_concept(model, c, cyl, dt, acts, cfg, steer_layer, ps, ctl_d)
         log(f"[crh] {c.name}: penalty/sector/baselines in {time.perf_counter() - t:.1f}s; "
             f"label-2 rate penalty {float((cs.penalty.labels == 2).mean()):.3f}, "
             f"sector {float((cs.sector.labels == 2).mean()):.3f}")
-    study = ConceptStudy(stats=stats, steer_layer=steer_layer, concepts=per)
+    study = ConceptStudy(stats=stats, steer_layer=steer_layer, concepts=per, control_stats=ctl,
+                         position=cfg.position)
     _implication_tests(study, cfg, log)
     return study
 

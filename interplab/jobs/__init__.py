@@ -39,7 +39,9 @@ def estimate_for(experiment: str, overrides: dict | None = None, *, loaded=None,
     """Size + estimate of a run of `experiment` with `overrides` (the loaded model sizes it and calibrates)."""
     from interplab.experiments.registry import resolve_config
 
-    _, cfg, _, _ = resolve_config(experiment, overrides or {})
+    exp, cfg, _, _ = resolve_config(experiment, overrides or {})
+    if exp.size is not None and loaded is None:
+        return Estimate(None, "no loaded model to size it with", None, time_budget_s())
     size = work_size(experiment, overrides, loaded)
     return estimate(experiment, size, model=str(getattr(cfg, "model", "") or ""),
                     device=str(getattr(cfg, "device", "cpu") or "cpu"), loaded=loaded, root=root,

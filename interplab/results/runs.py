@@ -366,7 +366,7 @@ class _ProgressFile:
 
     def __init__(self, run: "RunDir"):
         self.run = run
-        self.last_write = 0.0
+        self.last_write = float("-inf")     # the first state is always written
         self.pending = None
         self.starts: dict[str, float] = {}
 

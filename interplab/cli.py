@@ -250,9 +250,11 @@ def _job_line(st) -> str:
     p = st.progress or {}
     where = ""
     if st.state in ("running", "cancelling") and p:
-        where = f"  {p.get('done')}/{p.get('total')} {p.get('unit')}"
-        if p.get("rate"):
+        where = f"  {p.get('done')}/{p.get('total')} {p.get('unit')}" if p.get("total") else f"  {p.get('unit')}"
+        if p.get("rate") and p.get("total"):
             where += f" at {p['rate']:.3g}/s, {format_seconds(p.get('eta_s'))} left"
+        if p.get("phase"):
+            where += f" ({p['phase']})"
     elif st.state == "complete" and st.run:
         where = f"  {st.run}"
     elif st.state == "failed" and st.error:

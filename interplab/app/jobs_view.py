@@ -52,8 +52,7 @@ def _estimate(experiment: str, overrides: dict, model, model_key):
 
             per_row = size.tokens // size.forwards if size.forwards else 32
             rate = rates[str(model_key)] = calibrate(model, tokens=max(4, min(per_row, 512)))
-        cache[ck] = jobs.estimate_for(experiment, overrides, loaded=model, flop_rate=rate) if size is not None \
-            else jobs.estimate(experiment, None)
+        cache[ck] = jobs.estimate_for(experiment, overrides, loaded=model, flop_rate=rate)
     return cache[ck]
 
 
@@ -68,25 +67,28 @@ def _runs_stamp(experiment: str) -> float:
         return 0.0
 
 
-def job_progress(st_job, key: str) -> None:
-    """A job's progress: a bar with done / total, rate and time left, the phase and any sub-task."""
+def job_progress(st_job, key: str) -> None:  # noqa: ARG001 - key kept for callers that draw several
+    """A job's progress: a bar for its outermost counted task (done / total, rate, time left) and a line per other
+    task (e.g. `stages` with the phase running, `prompts 120/292` of a harvest inside it)."""
     from interplab.jobs import format_seconds
 
     p = st_job.progress or {}
-    if not p:
+    tasks = p.get("tasks") or []
+    if not tasks:
         st.progress(0.0, text=f"{st_job.state}: starting (loading the model)…")
         return
-    frac = p.get("fraction") or 0.0
-    text = f"{p.get('done', 0):,} / {p.get('total', 0):,} {p.get('unit', '')}"
-    if p.get("rate"):
-        text += f" · {p['rate']:.3g} {p.get('unit', '')}/s · {format_seconds(p.get('eta_s'))} left"
-    if p.get("phase"):
-        text += f" · {p['phase']}"
-    st.progress(min(1.0, float(frac)), text=text)
-    for sub in (p.get("tasks") or [])[1:]:
-        st.caption(f"↳ {sub.get('done', 0):,} / {sub.get('total', 0):,} {sub.get('unit', '')}"
-                   + (f" · {sub['phase']}" if sub.get("phase") else "")
-                   + (f" · {format_seconds(sub.get('eta_s'))} left" if sub.get("eta_s") is not None else ""))
+    counted = next((t for t in tasks if t.get("total")), None)
+    for t in tasks:
+        line = f"{t.get('done', 0):,} / {t.get('total', 0):,} {t.get('unit', '')}" if t.get("total") else \
+            f"{t.get('unit', '')}: running for {format_seconds(t.get('elapsed_s'))}"
+        if t.get("rate") and t.get("total"):
+            line += f" · {t['rate']:.3g} {t.get('unit', '')}/s · {format_seconds(t.get('eta_s'))} left"
+        if t.get("phase"):
+            line += f" · {t['phase']}"
+        if t is counted:
+            st.progress(min(1.0, float(t.get("fraction") or 0.0)), text=line)
+        else:
+            st.caption(("↳ " if t is not tasks[0] else "") + line)
 
 
 def _find_job(experiment: str, overrides: dict, key: str):
@@ -194,10 +196,11 @@ def job_panel(experiment: str, overrides: dict, key: str, *, model=None, model_k
                 current = jobs.submit(experiment, overrides, size=est.size, estimate_s=est.seconds,
                                       label=key)
                 st.session_state[f"{key}__job"] = current.id
-                busy = True
         except InterplabError as exc:
             st.error(f"Cannot run {experiment}: {exc}")
             return None
+        if not inline:
+            st.rerun()             # draw the page again with the launch button off and the job's progress on
     if busy:
         if current.record.overrides != overrides:
             st.caption("A job with other settings is running for this panel; its result shows when you set them "

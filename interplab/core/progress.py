@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-__all__ = ["TaskState", "Snapshot", "WorkSize", "task", "advance", "set_phase", "reporting_to", "current"]
+__all__ = ["TaskState", "Snapshot", "WorkSize", "task", "track", "advance", "set_phase", "reporting_to", "current"]
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,18 @@ def task(total: int, unit: str = "steps", phase: str = "") -> Iterator[Handle]:
     finally:
         _STACK.reset(token)
         _emit()
+
+
+def track(items, unit: str = "items", *, label: Callable[[object], str] | None = None) -> Iterator:
+    """Iterate over `items` as one task (a loop's one-line progress): `for name in track(models, "models"):`.
+    label(item) names the phase while that item is worked on."""
+    items = items if hasattr(items, "__len__") else list(items)
+    with task(len(items), unit) as bar:
+        for x in items:
+            if label is not None:
+                bar.phase(label(x))
+            yield x
+            bar.advance()
 
 
 def advance(n: int = 1) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from interplab.core import progress
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.probes.crh import ConceptStudyConfig, SyntheticStudyConfig
@@ -172,6 +173,17 @@ def crh_concepts(cfg: CRHConceptsConfig, run) -> None:
     _concept_study(cfg, run)
 
 
+def _stage_log(bar):
+    """run_concept_study's log lines, also counted as progress: one stage for the cylinders, one per concept
+    steered."""
+    def log(msg: str) -> None:
+        print(msg)
+        if msg.startswith("[crh] cylinders") or ": penalty/sector/baselines" in msg:
+            bar.advance()
+            bar.phase("steering")
+    return log
+
+
 def _concept_study(cfg: CRHToyConfig, run) -> None:
     import pandas as pd
 
@@ -183,7 +195,8 @@ def _concept_study(cfg: CRHToyConfig, run) -> None:
     t0 = time.perf_counter()
     model = interplab.load_model(cfg.model)
     data, names = _concept_data(cfg, model)
-    study = run_concept_study(model, data, cfg)
+    with progress.task(1 + len(data) * bool(cfg.steer), "stages", phase="cylinders") as bar:   # progress.json
+        study = run_concept_study(model, data, cfg, log=_stage_log(bar))
     run.save_result("study", study)                 # the typed result; the tables below are views of it
     run.save_table("cylinder_stats", study.stats)
     if cfg.control > 0:

@@ -8,6 +8,7 @@
     interplab run NAME [--set key=value ...] [--out ROOT]
     interplab export RUN_DIR [--format png|svg|pdf|html] [--out DIR]
     interplab runs list [--kind K] [--all] | show RUN | rm RUN | clean [--dry-run]
+    interplab jobs submit NAME [--set key=value ...] [--yes] [--wait] | list [--all] | show ID | cancel ID
 
 User errors print `error: <message>` on stderr and exit with status 2 (no traceback)."""
 from __future__ import annotations
@@ -242,6 +243,100 @@ def _print_validity(p: Path, manifest: dict, problems: list) -> None:
     print(report.render())
 
 
+# --------------------------------------------------------------------------------------------------- jobs
+def _job_line(st) -> str:
+    from interplab.jobs import format_seconds
+
+    p = st.progress or {}
+    where = ""
+    if st.state in ("running", "cancelling") and p:
+        where = f"  {p.get('done')}/{p.get('total')} {p.get('unit')}" if p.get("total") else f"  {p.get('unit')}"
+        if p.get("rate") and p.get("total"):
+            where += f" at {p['rate']:.3g}/s, {format_seconds(p.get('eta_s'))} left"
+        if p.get("phase"):
+            where += f" ({p['phase']})"
+    elif st.state == "complete" and st.run:
+        where = f"  {st.run}"
+    elif st.state == "failed" and st.error:
+        where = "  " + st.error.splitlines()[0][:120]
+    return f"{st.id}  {st.record.experiment:22s} {st.state:10s}{where}"
+
+
+def _sized_estimate(name: str, overrides: dict):
+    """Size and estimate of a job, loading the model its config names (None when the experiment has no size)."""
+    from interplab.experiments.registry import resolve_config
+    from interplab.jobs import estimate_for
+
+    exp, cfg, _, _ = resolve_config(name, overrides)
+    if exp.size is None or not getattr(cfg, "model", ""):
+        return estimate_for(name, overrides)
+    import interplab
+
+    model = interplab.load_model(cfg.model, backend=getattr(cfg, "backend", "bridge"),
+                                 device=getattr(cfg, "device", "cpu"), dtype=getattr(cfg, "dtype", None))
+    return estimate_for(name, overrides, loaded=model)
+
+
+def cmd_jobs(args) -> int:
+    from interplab import jobs
+    from interplab.experiments.registry import parse_overrides
+
+    if args.action == "submit":
+        if not args.target:
+            raise InterplabError("name an experiment to submit (`interplab run --list` shows them)")
+        overrides = parse_overrides(args.set)
+        est = None if args.no_estimate else _sized_estimate(args.target, overrides)
+        if est is not None:
+            print(f"size and estimate: {est.describe()}", file=sys.stderr)
+            if est.over_budget and not args.yes:
+                raise InterplabError(f"the estimate ({jobs.format_seconds(est.seconds)}) exceeds the time budget "
+                                     f"({jobs.format_seconds(est.budget_s)}, $INTERPLAB_JOB_TIME_BUDGET_S); "
+                                     "pass --yes to launch it anyway, or make the work smaller")
+        st = jobs.submit(args.target, overrides, root=args.out, size=est.size if est else None,
+                         estimate_s=est.seconds if est else None)
+        print(st.id)
+        if not args.wait:
+            print(f"submitted ({jobs.executor_kind()} executor); follow it with `interplab jobs show {st.id}`",
+                  file=sys.stderr)
+            return 0
+        last = ""
+        try:
+            while st.active:
+                line = _job_line(st)
+                if line != last:
+                    print(line, file=sys.stderr, flush=True)
+                    last = line
+                import time
+
+                time.sleep(1.0)
+                st = jobs.status(st.id, args.out)
+        except KeyboardInterrupt:
+            print(f"stopped following; the job goes on (`interplab jobs cancel {st.id}` stops it)", file=sys.stderr)
+            return 130
+        print(_job_line(st), file=sys.stderr)
+        return 0 if st.state == "complete" else 1
+    if args.action == "list":
+        found = jobs.list_jobs(args.out, active=None if args.all else True)
+        if not found:
+            print("no running jobs" + ("" if args.all else " (--all lists finished ones too)"))
+        for st in found:
+            print(_job_line(st))
+        return 0
+    if not args.target:
+        raise InterplabError(f"`interplab jobs {args.action}` needs a job id (`interplab jobs list --all`)")
+    st = jobs.cancel(args.target, args.out) if args.action == "cancel" else jobs.status(args.target, args.out)
+    print(_job_line(st))
+    if args.action == "show":
+        import json
+
+        print(json.dumps({"experiment": st.record.experiment, "overrides": st.record.overrides,
+                          "state": st.state, "run": str(st.run) if st.run else None, "progress": st.progress,
+                          "estimate_s": st.record.estimate_s, "wall_s": st.wall_s}, indent=2, default=str))
+        if st.error:
+            print(st.error)
+    return 0 if st.state != "failed" else 1
+
+
 # --------------------------------------------------------------------------------------------------- zoo
 def _add_zoo(sub, load: bool) -> None:
     """Register `zoo`: the real parser from interplab.zoo.cli when it is needed, else a light placeholder."""
@@ -308,7 +403,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         description="interplab: a mechanistic-interpretability workbench (dashboard, experiments, figure export).",
     )
     parser.add_argument("--version", action="version", version=f"interplab {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="{app,zoo,models,run,export,runs}")
+    sub = parser.add_subparsers(dest="command", metavar="{app,zoo,models,run,export,runs,jobs}")
 
     p = sub.add_parser("app", help="serve the Streamlit dashboard (on 127.0.0.1 unless told otherwise)",
                        description="Serve the interplab dashboard with Streamlit.")
@@ -366,6 +461,22 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="say what clean would remove, remove nothing")
     p.add_argument("--out", default=None, metavar="ROOT", help="results root (default $INTERPLAB_HOME or ~/.interplab)")
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("jobs", help="experiments as background jobs: submit NAME | list | show ID | cancel ID",
+                       description="Run an experiment as a job (its own process, through submitit's local executor, "
+                                   "or Slurm with $INTERPLAB_JOB_EXECUTOR=slurm): the same run as `interplab run`, "
+                                   "with progress in its run folder; it goes on when this command ends. `cancel` "
+                                   "stops it and removes its unfinished run.")
+    p.add_argument("action", choices=["submit", "list", "show", "cancel"])
+    p.add_argument("target", nargs="?", help="experiment name (submit) or job id (show, cancel)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field (submit; repeatable)")
+    p.add_argument("--yes", action="store_true", help="launch even when the estimate exceeds the time budget")
+    p.add_argument("--no-estimate", action="store_true", help="submit without loading the model to size the job")
+    p.add_argument("--wait", action="store_true", help="follow the job's progress until it ends (submit)")
+    p.add_argument("--all", action="store_true", help="also list finished, failed and cancelled jobs (list)")
+    p.add_argument("--out", default=None, metavar="ROOT", help="results root (default $INTERPLAB_HOME or ~/.interplab)")
+    p.set_defaults(func=cmd_jobs)
     return parser
 
 

@@ -18,7 +18,8 @@ def method_pages_by_prefix() -> dict[str, str]:
     """experiment kind prefix -> the page that shows it: the Models page's, then each method page's `reopens`."""
     from interplab.methods import method_pages
 
-    out = {"next-token": "pages/1_Models.py"}
+    out = {"next-token": "pages/1_Models.py", "patching": "pages/10_Patching.py",
+           "lenses-facts": "pages/10_Patching.py", "logit-lens": "pages/11_Logit_Lens.py"}
     for _, page in method_pages():
         out.update({prefix: page.file for prefix in page.reopens})
     return out

@@ -17,9 +17,10 @@ from pathlib import Path
 import streamlit as st
 
 from interplab.app import state
+from interplab.app.jobs_view import job_panel
 
 __all__ = ["show_figure", "validity_panel", "model_picker", "require_model", "picked_device_dtype",
-           "static_export_available", "page_model", "PageModel", "parse_list"]
+           "static_export_available", "page_model", "PageModel", "parse_list", "job_panel"]
 
 
 @st.cache_data(ttl=300, show_spinner=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from interplab.core import progress
 from interplab.core.errors import ConfigError
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
@@ -113,7 +114,7 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
     reference = _load(cfg.reference, cfg, run) if cfg.reference else None
     summary, tables = {"config": asdict(cfg), "models": {}}, {"agreement": [], "overlaps": [], "planted": []}
     verdicts = []
-    for name in cfg.models:
+    for name in progress.track(cfg.models, "models", label=str):   # progress.json: models done, method running
         model = _load(name, cfg, run)
         inputs = None
         if not name.startswith("planted:") and (cfg.clean or cfg.truth_data or cfg.decode_data or cfg.crh_data):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from interplab.core import progress
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.probes.crh import ConceptStudyConfig, SyntheticStudyConfig
@@ -219,6 +220,17 @@ def crh_concepts(cfg: CRHConceptsConfig, run) -> None:
     _concept_study(cfg, run)
 
 
+def _stage_log(bar):
+    """run_concept_study's log lines, also counted as progress: one stage for the cylinders, one per concept
+    steered."""
+    def log(msg: str) -> None:
+        print(msg)
+        if msg.startswith("[crh] cylinders") or ": penalty/sector/baselines" in msg:
+            bar.advance()
+            bar.phase("steering")
+    return log
+
+
 def _concept_study(cfg: CRHToyConfig, run) -> None:
     import pandas as pd
 
@@ -237,7 +249,8 @@ def _concept_study(cfg: CRHToyConfig, run) -> None:
         if choice is not None:
             run.save_result("read_choice", choice)
             run.save_table("read_selection", choice.table())
-    study = run_concept_study(model, data, run_cfg)
+    with progress.task(1 + len(data) * bool(cfg.steer), "stages", phase="cylinders") as bar:   # progress.json
+        study = run_concept_study(model, data, run_cfg, log=_stage_log(bar))
     run.save_result("study", study)                 # the typed result; the tables below are views of it
     run.save_table("cylinder_stats", study.stats)
     if cfg.control > 0:

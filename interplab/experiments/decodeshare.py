@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from interplab.core import progress
 from interplab.core.errors import ConfigError
 from interplab.data.decode_tasks import REAL_TASKS
 from interplab.experiments.registry import register_experiment
@@ -122,7 +123,9 @@ def save_study(run, study: DecodeShareStudy) -> None:
                           "steering overlap; optional patchback rescue rates (parts=...,patchback)")
 def decodeshare(cfg: DecodeShareConfig, run) -> None:
     model = _load(cfg)
-    save_study(run, run_study(model, cfg, sets=_user_sets(model, cfg) if _user_file(cfg) else None))
+    with progress.task(0, "stages", phase="calibration") as bar:   # no count known ahead: progress.json's phase
+        study = run_study(model, cfg, sets=_user_sets(model, cfg) if _user_file(cfg) else None, progress=bar.phase)
+    save_study(run, study)
 
 
 @dataclass

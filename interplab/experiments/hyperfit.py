@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from interplab.core import progress
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.probes.hyperfit.controls import ControlsConfig, hyperfit_controls
@@ -129,7 +130,8 @@ def run_hyperfit_geometry(cfg: GeometryConfig, run) -> None:
         texts = user_texts(cfg.data, cfg.n_texts)
     else:
         texts = heldout_texts(cfg.n_texts)
-    report = geometry_report(base, targets, texts, cfg)
+    with progress.task(0, "stages", phase="layer geometry"):     # progress.json: what is running, for how long
+        report = geometry_report(base, targets, texts, cfg)
     df = report.frame
     run.save_table("geometry", df)
     last = df[(df["layer"] == base.n_layers - 1)][["target", "site", "tokens", "bos", "pr_a", "pr_b", "delta_pr",

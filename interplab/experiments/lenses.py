@@ -48,7 +48,39 @@ class PatchingExperimentConfig:
             raise ConfigError("give both clean and corrupt prompts, or neither (the default pair)")
 
 
-@register_experiment("patching", config=PatchingExperimentConfig,
+def _pair(cfg, model) -> tuple[str, str]:
+    from interplab.probes.lenses import default_pair
+
+    return (cfg.clean, cfg.corrupt) if cfg.clean else default_pair(model)
+
+
+def patching_size(cfg: PatchingExperimentConfig, model):
+    """The work of a `patching` run: one patched forward per cell (the metric unembeds only the last position),
+    the two unpatched runs, and for attribution a forward + backward (about 3 forwards) per gradient pass and
+    ig_steps of them for IG."""
+    from interplab.core.progress import WorkSize
+    from interplab.models.cost import forward_flops
+    from interplab.probes.lenses import PatchingConfig
+    from interplab.probes.lenses.common import prompt_ids
+    from interplab.probes.lenses.patching import grid_size
+
+    clean, corrupt = _pair(cfg, model)
+    n = len(prompt_ids(model, corrupt if cfg.direction == "denoise" else clean))
+    pc = PatchingConfig(sites=list(cfg.sites), positions=cfg.positions, direction=cfg.direction,
+                        batch_size=cfg.batch_size).validate()
+    cells = grid_size(model, n, pc)
+    flops = forward_flops(model, n, rows=cells, unembedded=1) + forward_flops(model, n, rows=2)
+    forwards = cells + 2
+    if cfg.attribution:
+        extra = 3 * (1 + cfg.ig_steps) + 4          # gradient + IG passes, and their unpatched runs
+        flops += forward_flops(model, n, rows=extra)
+        forwards += extra
+    return WorkSize(cells, "cells", forwards=forwards, tokens=forwards * n, flops=flops,
+                    detail=f"{n}-token prompts; {cells:,} patched forwards ({' + '.join(cfg.sites)}, positions="
+                           f"{cfg.positions}, batches of {cfg.batch_size})")
+
+
+@register_experiment("patching", config=PatchingExperimentConfig, size=patching_size,
                      help="Activation patching over sites x layers x positions (x heads), and attribution patching "
                           "(gradient, IG) on the same grid with their rank correlation to the exact values.")
 def patching(cfg: PatchingExperimentConfig, run) -> None:
@@ -112,7 +144,34 @@ class LogitLensExperimentConfig:
             raise ConfigError("need top_k >= 1, tuned_steps >= 0 and n_tuned_prompts >= 1")
 
 
-@register_experiment("logit-lens", config=LogitLensExperimentConfig,
+def _tuned_prompts(cfg, model) -> list[str]:
+    from interplab.probes.lenses import default_pair
+
+    return [default_pair(model, seed=s)[0] for s in range(cfg.n_tuned_prompts)]
+
+
+def logit_lens_size(cfg: LogitLensExperimentConfig, model):
+    """The work of a `logit-lens` run: with tuned_steps, the tuned lens's training steps (each: every layer's
+    translated residuals through the unembedding, forward and backward, over every training token); else one
+    forward (the lens and DLA)."""
+    from interplab.core.progress import WorkSize
+    from interplab.models.cost import forward_flops
+    from interplab.probes.lenses.common import prompt_ids
+
+    prompt = cfg.prompt or _pair(cfg, model)[0]
+    n = len(prompt_ids(model, prompt))
+    if not cfg.tuned_steps:
+        return WorkSize(1, "forwards", forwards=2, tokens=2 * n, flops=forward_flops(model, n, rows=2),
+                        detail=f"a {n}-token prompt: one forward for the lens, one for DLA")
+    tokens = sum(len(prompt_ids(model, p)) for p in _tuned_prompts(cfg, model))
+    per_step = 3 * 2.0 * (model.n_layers - 1) * tokens * model.d_model * (model.d_model + model.d_vocab)
+    return WorkSize(cfg.tuned_steps, "steps", forwards=1 + cfg.n_tuned_prompts, tokens=tokens,
+                    flops=per_step * cfg.tuned_steps + forward_flops(model, tokens),
+                    detail=f"tuned lens: {cfg.tuned_steps} steps x {model.n_layers - 1} layers x {tokens} tokens "
+                           f"x {model.d_vocab:,} vocabulary (streamed one layer at a time)")
+
+
+@register_experiment("logit-lens", config=LogitLensExperimentConfig, size=logit_lens_size,
                      help="Logit lens (and optionally a tuned lens) per layer and position, plus direct logit "
                           "attribution per head and MLP.")
 def logit_lens_experiment(cfg: LogitLensExperimentConfig, run) -> None:
@@ -130,8 +189,7 @@ def logit_lens_experiment(cfg: LogitLensExperimentConfig, run) -> None:
     summary = {"config": asdict(cfg), "prompt": prompt, "final_top1": ll.top_tokens[-1][-1][0],
                "kl_last_position": dict(zip(map(int, ll.layers), map(float, ll.kl[:, -1])))}
     if cfg.tuned_steps:
-        prompts = [default_pair(model, seed=s)[0] for s in range(cfg.n_tuned_prompts)]
-        lens = train_tuned_lens(model, prompts, steps=cfg.tuned_steps)
+        lens = train_tuned_lens(model, _tuned_prompts(cfg, model), steps=cfg.tuned_steps)
         run.save_result("tuned_lens", lens)
         tl = logit_lens(model, prompt, top_k=cfg.top_k, target=target, tuned=lens)
         run.save_result("tuned_logit_lens", tl)

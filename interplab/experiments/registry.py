@@ -47,16 +47,21 @@ __all__ = [
     "parse_value",
     "config_fields",
     "run_experiment",
+    "resolve_config",
 ]
 
 
 @dataclass(frozen=True)
 class Experiment:
+    """A registered experiment. size: optional `size(cfg, model) -> interplab.core.progress.WorkSize`, the work a run
+    with config `cfg` does on a loaded `model` (what the app shows, with an estimate, before launching a job)."""
+
     name: str
     fn: Callable[[Any, Any], Any]
     config: type
     help: str
     module: str
+    size: Callable[[Any, Any], Any] | None = None
 
     def fields(self) -> list[dict]:
         return config_fields(self.config)
@@ -67,8 +72,9 @@ _DISCOVERED = False
 _DISCOVERY_ERRORS: dict[str, str] = {}
 
 
-def register_experiment(name: str, *, config: type, help: str):
-    """Decorator registering `fn(cfg, run)` as experiment `name` with config dataclass `config`."""
+def register_experiment(name: str, *, config: type, help: str, size: Callable[[Any, Any], Any] | None = None):
+    """Decorator registering `fn(cfg, run)` as experiment `name` with config dataclass `config`; `size(cfg, model)`
+    (optional) says how much work a run is (`interplab.core.progress.WorkSize`)."""
     if not isinstance(name, str) or not name or "/" in name or name.startswith((".", "-")):
         raise ConfigError(f"experiment name {name!r} must be a non-empty string without '/' or a leading '.'/'-'")
     if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
@@ -85,7 +91,7 @@ def register_experiment(name: str, *, config: type, help: str):
             raise ConfigError(f"experiment {name!r} is registered twice: {prev.module}.{prev.fn.__qualname__} "
                               f"and {fn.__module__}.{fn.__qualname__}; rename one")
         _REGISTRY[name] = Experiment(name=name, fn=fn, config=config, help=" ".join(str(help).split()),
-                                     module=fn.__module__)
+                                     module=fn.__module__, size=size)
         return fn
 
     return deco
@@ -372,6 +378,23 @@ def model_defaults(name: str, overrides: Mapping[str, Any]) -> dict[str, str]:
     return spec.defaults_for(name, overrides) if spec is not None else {}
 
 
+def resolve_config(name: str, overrides: Mapping[str, Any] | None = None):
+    """(experiment, config, threads, model-family defaults applied) for a run of `name` with `overrides`: what
+    `run_experiment` runs, built without running it (a page sizes a job with it before launching; a bad --set fails
+    here, in the caller's process)."""
+    exp = get_experiment(name)
+    overrides = dict(overrides or {})
+    family = model_defaults(name, overrides)
+    overrides = {**family, **overrides}
+    if THREADS in {f.name for f in dataclasses.fields(exp.config)}:
+        cfg = build_config(exp.config, overrides)
+        threads = _check_threads(getattr(cfg, THREADS))
+    else:
+        threads = _check_threads(parse_value(overrides.pop(THREADS, 1), int, field=THREADS))
+        cfg = build_config(exp.config, overrides)
+    return exp, cfg, threads, family
+
+
 def run_experiment(name: str, overrides: Mapping[str, Any] | None = None, root=None, *, run_name: str | None = None,
                    progress: Callable[[str], None] | None = None) -> Path:
     """Build the config, run experiment `name` in a fresh run directory and return the finished run's path.
@@ -383,18 +406,10 @@ def run_experiment(name: str, overrides: Mapping[str, Any] | None = None, root=N
     defaults that were applied (`model_defaults`)."""
     import torch
 
+    from interplab.core import progress as progress_protocol
     from interplab.results.runs import new_run
 
-    exp = get_experiment(name)
-    overrides = dict(overrides or {})
-    family = model_defaults(name, overrides)
-    overrides = {**family, **overrides}
-    if THREADS in {f.name for f in dataclasses.fields(exp.config)}:
-        cfg = build_config(exp.config, overrides)
-        threads = _check_threads(getattr(cfg, THREADS))
-    else:
-        threads = _check_threads(parse_value(overrides.pop(THREADS, 1), int, field=THREADS))
-        cfg = build_config(exp.config, overrides)
+    exp, cfg, threads, family = resolve_config(name, overrides)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -402,7 +417,8 @@ def run_experiment(name: str, overrides: Mapping[str, Any] | None = None, root=N
         with new_run(name, cfg, root=root, name=run_name, runner=runner) as run:
             if progress:
                 progress(f"running {name} into {run.path}")
-            exp.fn(cfg, run)
+            with progress_protocol.reporting_to(run.report_progress):  # loops below report into progress.json
+                exp.fn(cfg, run)
     finally:
         torch.set_num_threads(before)
     return run.path

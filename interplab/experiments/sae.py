@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from interplab.core import progress
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.sae.compare import (METHOD_LABELS, ComparisonConfig, SAERecipe, SAERun, fast_vs_block, metrics_row,
@@ -64,10 +65,12 @@ def sae_train(cfg: SAETrainRunConfig, run) -> None:
     model = _load(cfg.model, cfg.threads)
     data = _sae_data(cfg, model, cfg.n_train, cfg.n_eval, cfg.n_train)
     out = Path(run.path) / "sae"
-    train_one(model, data, out, method=cfg.method, architecture=cfg.architecture, site=cfg.site, steps=cfg.steps,
-              batch_tokens=cfg.batch_tokens, lr=cfg.lr, expansion=cfg.expansion, l1_coefficient=cfg.l1_coefficient,
-              l0_coefficient=cfg.l0_coefficient, k=cfg.k, mode=cfg.mode, context_size=cfg.context_size, seed=cfg.seed,
-              exclude_massive=cfg.exclude_massive, micro_batch=cfg.micro_batch)
+    with progress.task(cfg.steps, "steps", phase="training") as bar:   # a job's progress.json
+        train_one(model, data, out, method=cfg.method, architecture=cfg.architecture, site=cfg.site,
+                  steps=cfg.steps, batch_tokens=cfg.batch_tokens, lr=cfg.lr, expansion=cfg.expansion,
+                  l1_coefficient=cfg.l1_coefficient, l0_coefficient=cfg.l0_coefficient, k=cfg.k, mode=cfg.mode,
+                  context_size=cfg.context_size, seed=cfg.seed, exclude_massive=cfg.exclude_massive,
+                  micro_batch=cfg.micro_batch, progress=lambda step, total, row: bar.update(step, total))
     row = metrics_row(model, out, data.eval, method=METHOD_LABELS[cfg.method], architecture=cfg.architecture,
                       micro_batch=cfg.micro_batch)
     res = SAERun({k: v for k, v in row.items() if k != "path"}, run.relative(out))

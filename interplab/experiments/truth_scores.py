@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from interplab.core import progress
 from interplab.experiments.registry import register_experiment
 from interplab.figures import truth_scores as F
 from interplab.figures.export import save_figure
@@ -169,6 +170,11 @@ def _user_data_scores(cfg: TruthScoresExpConfig, run) -> None:
 @register_experiment("truth-scores", config=TruthScoresExpConfig,
                      help="Truth-Score map of one model on CtxMem verification, with evidence attention")
 def truth_scores_experiment(cfg: TruthScoresExpConfig, run) -> None:
+    with progress.task(0, "stages", phase="Truth-Score map"):   # progress.json: the harvest's prompts below it
+        _truth_scores(cfg, run)
+
+
+def _truth_scores(cfg: TruthScoresExpConfig, run) -> None:
     from interplab.probes.truth.studies import score_organism
 
     if cfg.data == WORLD_FACTS:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from interplab.core import progress as progress_protocol
 from interplab.core.errors import ConfigError, InputError, ResultsError, SiteError
 from interplab.core.io import read_json, write_bytes, write_json
 from interplab.core.sites import parse_sites
@@ -307,16 +308,22 @@ def harvest(model, inputs: Sequence[Any], sites: Sequence[str] | str, out_dir=No
                                                  else repr(list(edits)))}
     if chat is not None:  # recorded only when set, so stores harvested before the option existed still resume
         args["chat"] = chat
-    if out_dir is None:
-        batches = []
-        for i, s in enumerate(starts):
-            batches.append(_harvest_batch(model, inputs[s:s + batch_size], s, names, positions, dtype, edits, chat))
+    with progress_protocol.task(len(inputs), "prompts", phase="harvest") as bar:   # a job's progress.json
+        def report(done: int, total: int) -> None:
+            bar.update(done)
             if progress is not None:
-                progress(min(s + batch_size, len(inputs)), len(inputs))
-        shapes = {k: tuple(batches[0][k].shape[1:]) for k in names}
-        return InMemoryStore(batches, names, dtype, shapes, args)
-    return _harvest_to_disk(model, inputs, names, Path(out_dir), starts, batch_size, positions, dtype, edits,
-                            progress, args, chat)
+                progress(done, total)
+
+        if out_dir is None:
+            batches = []
+            for i, s in enumerate(starts):
+                batches.append(_harvest_batch(model, inputs[s:s + batch_size], s, names, positions, dtype, edits,
+                                              chat))
+                report(min(s + batch_size, len(inputs)), len(inputs))
+            shapes = {k: tuple(batches[0][k].shape[1:]) for k in names}
+            return InMemoryStore(batches, names, dtype, shapes, args)
+        return _harvest_to_disk(model, inputs, names, Path(out_dir), starts, batch_size, positions, dtype, edits,
+                                report, args, chat)
 
 
 def _harvest_to_disk(model, inputs, names, root, starts, batch_size, positions, dtype, edits, progress, args,

@@ -10,9 +10,17 @@ Layout of a finished run (``<root>/runs/<kind>/<timestamp>-<shortid>/``)::
     json/<name>.json
 
 A run is written into the hidden folder ``<root>/runs/<kind>/.<name>.partial`` and renamed into place by
-`RunDir.finish()` (or on leaving ``with new_run(...) as run:`` without an exception). A run that raises is left
-where it was, with ``run.json`` status "failed" and the error, so it never shows up as a complete run and earlier
-runs are untouched. Nothing is ever overwritten silently: an existing run directory raises `ResultsError`.
+`RunDir.finish()` (or on leaving ``with new_run(...) as run:`` without an exception). A run that raises is moved to
+its visible folder with ``run.json`` status "failed" and the error (its files kept for inspection): it never shows up
+as a complete run (`list_runs` lists it only with ``include_failed``, `load_run` refuses it, `clean_runs` removes
+it), and no hidden folder is left behind. A run that is cancelled (KeyboardInterrupt, i.e. SIGINT / Ctrl-C, or a
+job's cancel) is removed. Only a process killed outright (SIGKILL, out of memory) leaves its hidden ``.partial``
+folder; `leftovers` / `clean_runs` find it once its writer is gone. Earlier runs are never touched, and nothing is
+ever overwritten silently: an existing run directory raises `ResultsError`.
+
+While it runs, ``progress.json`` in the run folder says how far it is (`RunDir.progress`, or any
+`interplab.core.progress` task reported inside `run_experiment`): done / total units, rate, ETA; written
+atomically, at most every `PROGRESS_INTERVAL_S` seconds.
 
 The root is, in order: the ``root`` argument, the ``INTERPLAB_HOME`` environment variable, ``~/.interplab``.
 """
@@ -28,7 +36,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
+from interplab.core import progress as _progress
 from interplab.core.errors import InputError, ResultsError
+from interplab.core.procs import pid_alive
 from interplab.core.io import read_arrays, read_json, read_table, write_arrays, write_json, write_table, write_text
 from interplab.core.paths import interplab_home
 
@@ -49,11 +59,15 @@ __all__ = [
     "leftovers",
     "clean_runs",
     "remove_run",
+    "read_progress",
+    "PROGRESS_FILE",
 ]
 
 RUN_MANIFEST = "run.json"
 CONFIG_FILE = "config.json"
 PARTIAL_SUFFIX = ".partial"
+PROGRESS_FILE = "progress.json"
+PROGRESS_INTERVAL_S = 0.5   # progress.json is rewritten at most this often (a page polls it every second or two)
 TABLE_FORMATS = ("csv", "parquet")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 
@@ -153,6 +167,8 @@ class RunDir:
         self.status = "new"
         self.created = _now()
         self._files: dict[str, str] = {}
+        self._moved = False                 # a failed run moved to its visible folder
+        self._progress = _ProgressFile(self)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def _create(self) -> "RunDir":
@@ -172,7 +188,7 @@ class RunDir:
     @property
     def path(self) -> Path:
         """Where the run's files are now: the hidden partial folder until `finish()`, then the final folder."""
-        return self.final_path if self.status == "complete" else self.partial_path
+        return self.final_path if self.status == "complete" or self._moved else self.partial_path
 
     def relative(self, p) -> str:
         """`p` as a path relative to the run folder (POSIX), so a path recorded in a table or JSON stays valid after
@@ -235,7 +251,9 @@ class RunDir:
         return self.final_path
 
     def fail(self, exc: BaseException | None = None) -> None:
-        """Mark the run failed; its hidden folder stays for inspection and never lists as a complete run."""
+        """Mark the run failed and move it to its visible folder (status "failed", the error in run.json, its files
+        kept for inspection): no hidden folder is left, and it never lists as a complete run. Where the move itself
+        fails (a full disk), the hidden folder stays and `clean_runs` finds it."""
         if self.status != "running":
             return
         self.status = "failed"
@@ -247,6 +265,30 @@ class RunDir:
             self._write_manifest(status="failed", failed=_iso(_now()), error=err)
         except OSError:  # the disk may be the reason we failed; the run is not complete either way
             pass
+        if not self.final_path.exists():
+            try:
+                os.rename(self.partial_path, self.final_path)
+                self._moved = True
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        """Remove the run (it was cancelled: nothing of it is kept, so nothing half-made is ever offered)."""
+        if self.status != "running":
+            return
+        import shutil
+
+        self.status = "cancelled"
+        shutil.rmtree(self.partial_path, ignore_errors=True)
+
+    def progress(self, done: int, total: int, unit: str = "steps", phase: str = "") -> None:
+        """Record how far the run is in `progress.json` (throttled, atomic): for loops that count themselves.
+        Code below the experiment reports through `interplab.core.progress` instead (see run_experiment)."""
+        self._progress.direct(done, total, unit, phase)
+
+    def report_progress(self, snapshot) -> None:
+        """A sink for `interplab.core.progress.reporting_to` (run_experiment installs it)."""
+        self._progress(snapshot)
 
     def __enter__(self) -> "RunDir":
         return self
@@ -254,6 +296,8 @@ class RunDir:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is None:
             self.finish()
+        elif issubclass(exc_type, KeyboardInterrupt):  # Ctrl-C, SIGINT, a job's cancel
+            self.cancel()
         else:
             self.fail(exc)
         return False
@@ -316,6 +360,61 @@ class RunDir:
         return self.record(target, "result")
 
 
+class _ProgressFile:
+    """Writes a run's progress.json from progress snapshots: atomically, at most every PROGRESS_INTERVAL_S seconds,
+    and always the last state before the work ends (an empty snapshot = every task closed = flush)."""
+
+    def __init__(self, run: "RunDir"):
+        self.run = run
+        self.last_write = float("-inf")     # the first state is always written
+        self.pending = None
+        self.starts: dict[str, float] = {}
+
+    def direct(self, done: int, total: int, unit: str, phase: str) -> None:
+        import time
+
+        start = self.starts.setdefault(unit, time.perf_counter())
+        state = _progress.TaskState(unit, int(done), int(total), phase, time.perf_counter() - start)
+        self(_progress.Snapshot((state,)))
+
+    def __call__(self, snapshot) -> None:
+        import time
+
+        if self.run.status != "running":
+            return
+        if not snapshot.tasks:          # the work ended: write what was last seen
+            if self.pending is not None:
+                self._write(self.pending)
+            return
+        now = time.monotonic()
+        if now - self.last_write >= PROGRESS_INTERVAL_S or snapshot.finished:
+            self._write(snapshot)
+        else:
+            self.pending = snapshot
+
+    def _write(self, snapshot) -> None:
+        import time
+
+        self.pending = None
+        self.last_write = time.monotonic()
+        main = snapshot.main.as_dict()
+        payload = {**main, "tasks": [t.as_dict() for t in snapshot.tasks], "pid": os.getpid(),
+                   "updated": _iso(_now()), "updated_unix": time.time()}
+        try:
+            write_json(self.run.path / PROGRESS_FILE, payload)
+        except (OSError, ResultsError):  # progress is advisory: never let it fail the run
+            pass
+
+
+def read_progress(path) -> dict | None:
+    """A run folder's progress.json (None when it has none yet or it cannot be read)."""
+    try:
+        d = read_json(Path(path) / PROGRESS_FILE)
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
 def new_run(kind: str, config: Any = None, root: str | os.PathLike | None = None,
             name: str | None = None, runner: dict | None = None) -> RunDir:
     """Start a run of `kind` under `<root>/runs/<kind>/` (see the module docstring); saves `config` if given.
@@ -335,7 +434,7 @@ def new_run(kind: str, config: Any = None, root: str | os.PathLike | None = None
         try:
             run.save_config(config)
         except BaseException as exc:
-            run.fail(exc)
+            run.__exit__(type(exc), exc, exc.__traceback__)
             raise
     return run
 
@@ -580,17 +679,10 @@ def run_problems(path, manifest: dict | None = None) -> list[str]:
     return probs
 
 
-def _alive(pid) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, ValueError, TypeError):
-        return False
-    return True
-
-
 def leftovers(root: str | os.PathLike | None = None) -> list[Path]:
-    """Hidden folders and files a crashed or killed run left behind: `.NAME.partial` runs whose writer process is
-    gone (or that failed), and temporary files of interrupted atomic writes."""
+    """What failed, crashed or killed runs left behind: failed runs (visible folders with status "failed"),
+    `.NAME.partial` runs whose writer process is gone (or that failed), and temporary files of interrupted atomic
+    writes."""
     base = runs_root(root)
     out: list[Path] = []
     if not base.is_dir():
@@ -598,10 +690,12 @@ def leftovers(root: str | os.PathLike | None = None) -> list[Path]:
     for kd in sorted(p for p in base.iterdir() if p.is_dir()):
         for d in sorted(kd.iterdir()):
             if not d.name.startswith("."):
+                if d.is_dir() and (read_manifest(d) or {}).get("status") == "failed":
+                    out.append(d)
                 continue
             if d.is_dir() and d.name.endswith(PARTIAL_SUFFIX):
                 m = read_manifest(d)
-                if m is not None and m.get("status") == "running" and _alive(m.get("pid")):
+                if m is not None and m.get("status") == "running" and pid_alive(m.get("pid")):
                     continue  # still being written by a live process
                 out.append(d)
             elif d.name.endswith((".tmp", ".saving")) or ".old-" in d.name:

@@ -73,7 +73,8 @@ def test_crash_leaves_earlier_runs_readable_and_failed_run_unlisted(tmp_path):
             bad.save_arrays("x", {"v": np.zeros(3)})
             raise RuntimeError("boom")
     assert bad.status == "failed"
-    assert bad.path.exists() and bad.path.name.startswith(".")  # left for inspection, hidden
+    # kept for inspection in its visible folder (issue 48: no hidden .partial folder is left behind)
+    assert bad.path == bad.final_path and bad.path.exists() and not bad.partial_path.exists()
     manifest = json.loads((bad.path / "run.json").read_text())
     assert manifest["status"] == "failed" and manifest["error"]["message"] == "boom"
 
@@ -143,3 +144,58 @@ def test_relative_paths_survive_finish(tmp_path):
     assert run.relative(tmp_path) == str(tmp_path.resolve())  # outside the run: absolute
     run.finish()
     assert (run.path / rel).is_dir()
+
+
+def test_a_cancelled_run_is_removed_and_a_later_run_works(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with new_run("demo", {"a": 1}, root=tmp_path) as run:
+            run.save_arrays("x", {"v": np.ones(3)})
+            raise KeyboardInterrupt   # Ctrl-C, SIGINT, a job's cancel
+    assert run.status == "cancelled" and not run.partial_path.exists() and not run.final_path.exists()
+    assert list_runs("demo", root=tmp_path, include_failed=True).empty
+    with new_run("demo", {"a": 2}, root=tmp_path) as again:
+        again.save_json("j", [1])
+    assert list(list_runs("demo", root=tmp_path).path) == [str(again.path)]
+
+
+def test_progress_json_follows_the_progress_protocol(tmp_path, monkeypatch):
+    from interplab.core import progress
+    from interplab.results import runs
+
+    monkeypatch.setattr(runs, "PROGRESS_INTERVAL_S", 0.0)     # every update written
+    seen = []
+    run = new_run("demo", None, root=tmp_path)
+    with progress.reporting_to(run.report_progress):
+        with progress.task(10, "cells") as outer:
+            with progress.task(4, "cells", phase="resid_pre") as inner:   # same unit: counts into the outer
+                inner.advance(4)
+                seen.append(runs.read_progress(run.path))
+            with progress.task(3, "prompts", phase="harvest") as sub:      # another unit: a sub-task
+                sub.advance(2)
+                seen.append(runs.read_progress(run.path))
+            outer.advance(6)
+    final = runs.read_progress(run.path)
+    run.finish()
+    assert (seen[0]["done"], seen[0]["total"], seen[0]["phase"]) == (4, 10, "resid_pre")
+    assert seen[1]["done"] == 4 and [t["unit"] for t in seen[1]["tasks"]] == ["cells", "prompts"]
+    assert seen[1]["tasks"][1]["done"] == 2 and seen[1]["tasks"][1]["phase"] == "harvest"
+    assert final["done"] == final["total"] == 10 and final["fraction"] == 1.0 and final["eta_s"] == 0
+    assert runs.read_progress(run.path)["done"] == 10      # kept in the finished run (a rate for later estimates)
+    # throttled: at most one write per interval, but the last state before the work ends is always written
+    monkeypatch.setattr(runs, "PROGRESS_INTERVAL_S", 3600.0)
+    run2 = new_run("demo", None, root=tmp_path)
+    with progress.reporting_to(run2.report_progress):
+        with progress.task(100, "steps") as t:
+            for _ in range(99):
+                t.advance()
+            assert runs.read_progress(run2.path)["done"] == 0       # only the opening write so far
+            t.advance()                                              # the last unit is always written
+            assert runs.read_progress(run2.path)["done"] == 100
+    with progress.reporting_to(run2.report_progress):
+        with progress.task(10, "steps") as t:
+            t.advance(3)                                             # throttled...
+    assert runs.read_progress(run2.path)["done"] == 3               # ...but flushed when the work ends
+    monkeypatch.setattr(runs, "PROGRESS_INTERVAL_S", 0.0)
+    run2.progress(5, 7, "items")                                        # the direct form for an experiment's loop
+    p = runs.read_progress(run2.path)
+    assert (p["done"], p["total"], p["unit"]) == (5, 7, "items")

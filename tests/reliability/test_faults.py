@@ -83,8 +83,8 @@ def test_clean_spares_a_run_that_is_still_being_written(tmp_path):
     run = new_run("demo", {"a": 1}, root=tmp_path)
     run.save_table("t", pd.DataFrame({"x": [1]}))
     assert runs.leftovers(tmp_path) == []  # its writer (this process) is alive: not a leftover
-    run.fail(RuntimeError("boom"))         # a failed run is a leftover
-    assert runs.leftovers(tmp_path) == [run.partial_path]
+    run.fail(RuntimeError("boom"))         # a failed run is a leftover (moved out of its hidden folder)
+    assert runs.leftovers(tmp_path) == [run.final_path] and not run.partial_path.exists()
 
 
 def test_full_disk_is_a_typed_error_and_earlier_runs_survive(tmp_path, monkeypatch):

@@ -6,11 +6,11 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Patching", page_icon=":microscope:", layout="wide")
 
-from interplab.app.widgets import page_model, show_figure  # noqa: E402
+from interplab.app.runs_view import show_reopened_run  # noqa: E402
+from interplab.app.widgets import job_panel, page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import attribution_scatter, patching_cell, patching_figure  # noqa: E402
-from interplab.probes.lenses import (PATCH_KINDS, activation_patching, attribution_patching,  # noqa: E402
-                                     compare_to_exact, default_pair, patched_generation)
+from interplab.probes.lenses import PATCH_KINDS, compare_to_exact, default_pair, patched_generation  # noqa: E402
 
 def _fact_study_box() -> None:
     """Saved `lenses-facts` runs (many pairs); drawn last so the interactive heatmap stays the page's first chart."""
@@ -60,10 +60,10 @@ st.caption("Which activations carry the difference between a clean and a corrupt
 
 picked = page_model("pt")
 model, model_key, is_new = picked.load(), picked.key, picked.is_new
+show_reopened_run(("patching", "lenses-facts"))   # a saved run reopened from the Runs page
 
-if is_new:  # a new model: new default pair, drop old results
+if is_new:  # a new model: new default pair
     st.session_state["pt_clean"], st.session_state["pt_corrupt"] = default_pair(model)
-    st.session_state.pop("pt_result", None)
 
 c1, c2 = st.columns(2)
 with c1:
@@ -84,17 +84,13 @@ with c4:
     positions = st.selectbox("Positions", ["each", "all"], key="pt_positions",
                              help="each: one cell per position; all: every position of a layer at once")
 
-if st.button("Run patching", key="pt_run", type="primary", disabled=not sites):
-    try:
-        with st.spinner("Patching the grid..."):
-            kw = dict(sites=sites, positions=positions, direction=direction)
-            exact = activation_patching(model, clean, corrupt, **kw)
-            approx = None if method == "exact" else attribution_patching(model, clean, corrupt, method=method, **kw)
-        st.session_state["pt_result"] = (exact, approx)
-    except InterplabError as exc:
-        st.error(f"Cannot patch: {exc}")
-
-if "pt_result" not in st.session_state:
+# the `patching` experiment, as `interplab run patching --set ...` runs it: in place when it is quick, else a job
+settings = dict(model=picked.name, backend=picked.backend, device=picked.device, dtype=picked.dtype, clean=clean,
+                corrupt=corrupt, sites=",".join(sites), positions=positions, direction=direction,
+                attribution=method != "exact")
+run = job_panel("patching", settings, "pt", model=model, model_key=model_key, label="Run patching",
+                button_key="pt_run", disabled=not sites)
+if run is None:
     st.info("Press **Run patching** to sweep the grid.")
     _fact_study_box()
     st.stop()
@@ -113,7 +109,8 @@ def _pick_cell(kind: str, points: list) -> None:
     st.session_state.pop("pt_gen_text", None)
 
 
-exact, approx = st.session_state["pt_result"]
+exact = run.result("exact")
+approx = run.result(f"attribution_{method}") if f"attribution_{method}" in run.result_names else None
 shown = approx if approx is not None else exact
 first = next(iter(exact.results.values()))
 st.markdown(f"Metric: logit(`{exact.answer}`) − logit(`{exact.wrong}`) · clean **{first.clean_metric:.3f}** · "

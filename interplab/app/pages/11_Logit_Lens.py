@@ -6,11 +6,13 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Logit Lens", page_icon=":microscope:", layout="wide")
 
-from interplab.app.widgets import page_model, show_figure  # noqa: E402
+from interplab.app.runs_view import show_reopened_run  # noqa: E402
+from interplab.app.widgets import job_panel, page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import dla_figure, logit_lens_figure  # noqa: E402
-from interplab.probes.lenses import (default_pair, direct_logit_attribution, logit_lens,  # noqa: E402
-                                     train_tuned_lens)
+from interplab.probes.lenses import default_pair, direct_logit_attribution, logit_lens  # noqa: E402
+
+TUNED_PROMPTS = 16   # training prompts of the tuned lens (the model's default prompts, seeds 0..15)
 
 st.title("Logit Lens")
 st.caption("What would the model predict if it stopped after layer L? Each layer's resid_post goes through the "
@@ -18,9 +20,10 @@ st.caption("What would the model predict if it stopped after layer L? Each layer
 
 picked = page_model("ll")
 model, model_key, is_new = picked.load(), picked.key, picked.is_new
+show_reopened_run(("logit-lens",))   # a saved logit-lens run reopened from the Runs page
 if is_new:
     st.session_state["ll_prompt"] = default_pair(model)[0]
-    for stale in ("ll_tuned", "dla_answer", "dla_wrong"):   # tokens of the previous model's vocabulary
+    for stale in ("dla_answer", "dla_wrong"):   # tokens of the previous model's vocabulary
         st.session_state.pop(stale, None)
 
 c1, c2, c3, c4 = st.columns([4, 1, 1, 1])
@@ -47,14 +50,16 @@ last = frame[frame["position"] == ll.n_pos - 1].drop(columns=["lens", "position"
 st.dataframe(last.round(4), hide_index=True, key="ll_table")
 
 st.subheader("Tuned lens")
-st.caption("One affine translator per layer trained to match the final distribution on the model's default prompts.")
+st.caption("One affine translator per layer trained to match the final distribution on the model's default prompts "
+           "(the `logit-lens` experiment with tuned_steps; on a real model a job of minutes, streamed one layer at a "
+           "time so memory stays flat).")
 steps = st.number_input("Training steps", 10, 2000, 100, step=10, key="ll_tuned_steps")
-if st.button("Train tuned lens", key="ll_tuned_go"):
-    with st.spinner("Training the tuned lens..."):
-        prompts = [default_pair(model, seed=s)[0] for s in range(16)]
-        st.session_state["ll_tuned"] = train_tuned_lens(model, prompts, steps=int(steps))
-if "ll_tuned" in st.session_state:
-    tl = logit_lens(model, prompt, top_k=int(top_k), target=target or None, tuned=st.session_state["ll_tuned"])
+settings = dict(model=picked.name, backend=picked.backend, device=picked.device, dtype=picked.dtype, prompt=prompt,
+                top_k=int(top_k), target=target, tuned_steps=int(steps), n_tuned_prompts=TUNED_PROMPTS)
+tuned_run = job_panel("logit-lens", settings, "ll_tuned", model=model, model_key=model_key, label="Train tuned lens",
+                      button_key="ll_tuned_go")
+if tuned_run is not None:
+    tl = logit_lens(model, prompt, top_k=int(top_k), target=target or None, tuned=tuned_run.result("tuned_lens"))
     show_figure(logit_lens_figure(tl, value=value), key="ll_tuned_fig", filename="tuned_lens")
 
 st.subheader("Direct logit attribution")

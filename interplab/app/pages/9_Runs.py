@@ -3,17 +3,22 @@ failed runs, and "reopen in its method page". A view over interplab.results (the
 `interplab runs list|show|rm|clean`)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 st.set_page_config(page_title="interplab · Runs", page_icon=":microscope:", layout="wide")
 
+from interplab.app.jobs_view import jobs_overview  # noqa: E402
 from interplab.app.runs_view import method_page, request_reopen, run_label, show_run  # noqa: E402
 from interplab.results import list_runs, load_run  # noqa: E402
-from interplab.results.runs import interplab_home, run_problems  # noqa: E402
+from interplab.results.runs import interplab_home, read_manifest, run_problems  # noqa: E402
 
 st.title("Runs")
 st.caption(f"Runs under `{interplab_home()}/runs` (set INTERPLAB_HOME to look elsewhere). `interplab runs clean` "
-           "removes the hidden leftovers of failed runs.")
+           "removes failed runs and what killed ones left.")
+
+jobs_overview("runs_jobs")          # running jobs (progress, cancel) and the last finished ones
 
 show_bad = st.checkbox("Also show damaged, failed and unfinished runs", False, key="runs_show_bad")
 kinds_filter = st.text_input("Experiment contains", "", key="runs_kind_filter")
@@ -45,7 +50,9 @@ pick = st.selectbox("Run", labels[::-1], key="runs_pick")   # newest first
 row = df.iloc[labels.index(pick)]
 if row["status"] != "complete":
     probs = run_problems(row["path"])
-    st.warning(f"This run is {row['status']}" + (": " + "; ".join(probs) if probs else "") +
+    err = (read_manifest(Path(row["path"])) or {}).get("error") or {}
+    why = f" with {err.get('type')}: {err.get('message')}" if err else ""
+    st.warning(f"This run is {row['status']}{why}" + (": " + "; ".join(probs) if probs else "") +
                ". Its files may be incomplete; `interplab runs rm` or `interplab runs clean` removes it.")
     st.stop()
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from interplab.core import progress
 from interplab.core.errors import ConfigError, InterplabError, ShapeError
 from interplab.core.result import Result
 from interplab.probes import stats
@@ -314,6 +315,7 @@ def planted_checks(kind: str, truth: dict, head: dict, dirs: dict) -> pd.DataFra
 
 def _step(name: str, missing: dict, timings: dict, fn):
     """Run one method; a typed interplab error means "does not apply here" and is recorded, not raised."""
+    progress.set_phase(name)      # a job's progress.json says which method is running
     t0 = time.perf_counter()
     try:
         return fn()

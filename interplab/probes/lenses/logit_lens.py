@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from interplab.core import progress
 from interplab.core.errors import ConfigError, ShapeError
 from interplab.core.result import Result
 from interplab.probes.lenses.common import grid_layers, prompt_ids, token_id, token_strings
@@ -140,58 +141,128 @@ def logit_lens(model, prompt, *, layers: Sequence[int] | None = None, top_k: int
             raise ShapeError(f"the tuned lens is for [{tuned.A.shape[0]} layers, d={tuned.A.shape[1]}], the model has "
                              f"[{model.n_layers}, {model.d_model}]; train one for this model")
         h = tuned.translate(h.float(), layers)
-    logp = torch.log_softmax(_lens_logits(model, h), -1)  # [n_rows, p, V]
-    logp_final = torch.log_softmax(final, -1).to(logp.device)
-    kl = (logp_final.exp() * (logp_final - logp)).sum(-1)
-    probs, top = logp.exp().topk(min(top_k, model.d_vocab), -1)
-    vocab = {int(t): s for t, s in zip(top.unique().tolist(), token_strings(model, top.unique().tolist()))}
-    top_tokens = [[[vocab[int(t)] for t in row] for row in layer] for layer in top.tolist()]
+    logp_final = torch.log_softmax(final, -1)
+    t = None if target is None else token_id(model, target)
+    # one layer at a time: [positions x vocabulary] in float64 per layer, never [layers x positions x vocabulary]
+    rows = [_lens_row(model, h[i], logp_final, min(top_k, model.d_vocab), t) for i in range(len(layers))]
+    kl, probs, top = (torch.stack([r[j] for r in rows]) for j in range(3))
+    vocab = {int(i): s for i, s in zip(top.unique().tolist(), token_strings(model, top.unique().tolist()))}
+    top_tokens = [[[vocab[int(i)] for i in row] for row in layer] for layer in top.tolist()]
     res = dict(target="", target_prob=np.zeros((0, 0)), target_rank=np.zeros((0, 0)))
-    if target is not None:
-        t = token_id(model, target)
-        tp = logp[..., t]
-        res = dict(target=token_strings(model, [t])[0], target_prob=tp.exp().cpu().numpy(),
-                   target_rank=(logp > tp[..., None]).sum(-1).cpu().numpy())
-    return LogitLensResult(np.array(layers), token_strings(model, ids), top.cpu().numpy(), probs.cpu().numpy(),
-                           top_tokens, kl.cpu().numpy(), lens="logit" if tuned is None else "tuned", model=model.name,
+    if t is not None:
+        res = dict(target=token_strings(model, [t])[0], target_prob=torch.stack([r[3] for r in rows]).numpy(),
+                   target_rank=torch.stack([r[4] for r in rows]).numpy())
+    return LogitLensResult(np.array(layers), token_strings(model, ids), top.numpy(), probs.numpy(),
+                           top_tokens, kl.numpy(), lens="logit" if tuned is None else "tuned", model=model.name,
                            **res)
 
 
+def _lens_row(model, h: torch.Tensor, logp_final: torch.Tensor, k: int, target: int | None) -> tuple:
+    """One layer's read of h [p, d]: (kl [p], top probs [p, k], top ids [p, k], target prob [p], target rank [p])."""
+    logp = torch.log_softmax(_lens_logits(model, h), -1)                   # [p, V]
+    lf = logp_final.to(logp.device)
+    kl = (lf.exp() * (lf - logp)).sum(-1)
+    probs, top = logp.exp().topk(k, -1)
+    tp = tr = torch.zeros(0)
+    if target is not None:
+        tp = logp[..., target]
+        tr = (logp > tp[..., None]).sum(-1).cpu()
+        tp = tp.exp().cpu()
+    return kl.cpu(), probs.cpu(), top.cpu(), tp, tr
+
+
+TUNED_CHUNK_ELEMENTS = 1 << 24   # logits of at most this many (token, vocabulary) entries at once: 64 MB in fp32
+
+
 def train_tuned_lens(model, prompts: Sequence, *, steps: int = 200, lr: float = 1e-3, seed: int = 0,
-                     edits=None) -> TunedLens:
+                     edits=None, chunk_tokens: int | None = None) -> TunedLens:
     """Fit one affine translator per layer so that lens_L(resid_post.L) matches the model's final distribution
-    (mean KL over every real token of `prompts`). The model is frozen; only A, b train (Adam, full batch)."""
+    (mean KL over every real token of `prompts`). The model is frozen; only A, b train (Adam, full batch).
+
+    Memory (issue 48): the loss is a mean over (layer, token) of terms that each depend on one layer's translator,
+    so its gradient is accumulated one layer and one chunk of tokens at a time (`chunk_tokens`, default: as many as
+    keep a chunk's logits under TUNED_CHUNK_ELEMENTS entries), with the gradient through the unembedding written
+    out (d KL / d logits = softmax - target) into the chunk's one logits buffer. It holds the target distribution
+    [tokens x vocabulary] once and a chunk's logits, never [layers x tokens x vocabulary] (the batched version held
+    12 GB on SmolLM2), so memory does not grow with the number of layers. Same loss, gradients and Adam steps as
+    the batched version up to float summation order (tests/lenses/test_lens_memory.py)."""
     if steps < 1 or lr <= 0:
         raise ConfigError(f"need steps >= 1 and lr > 0, got steps={steps}, lr={lr}")
     torch.manual_seed(seed)
     L, d = model.n_layers, model.d_model
-    out = model.run(list(prompts), capture=[f"resid_post.{layer}" for layer in range(L)], edits=list(edits or []))
+    # The last layer's lens is the model itself: it keeps A = 0, b = 0 and only layers 0..L-2 train.
+    out = model.run(list(prompts), capture=[f"resid_post.{layer}" for layer in range(L - 1)],
+                    edits=list(edits or []))
     real = out.batch.attention_mask.bool().to(out.logits.device)
-    h = torch.stack([out.cache[f"resid_post.{layer}"][real] for layer in range(L)]).float().cpu()  # [L, n, d]
-    target = torch.log_softmax(out.logits[real].float().cpu(), -1)
-    norm, W_U, b_U = model.final_norm_module, *model.unembedding()
+    h = torch.stack([out.cache[f"resid_post.{layer}"][real] for layer in range(L - 1)]).float().cpu()  # [L-1, n, d]
+    W_U, b_U = model.unembedding()
     W_U = W_U.float()
     b_U = None if b_U is None else b_U.float()
-    # The last layer's lens is the model itself: it keeps A = 0, b = 0 and only layers 0..L-2 train.
-    h = h[: L - 1]
+    chunk = chunk_tokens or max(1, TUNED_CHUNK_ELEMENTS // max(1, W_U.shape[-1]))
+    target = _TargetChunks(out.logits[real], chunk)
+    del out
+    n = target.n
     A = torch.zeros(L - 1, d, d, requires_grad=True)
     b = torch.zeros(L - 1, d, requires_grad=True)
     opt = torch.optim.Adam([A, b], lr=lr)
     curve = []
-    norm_f = _float_norm(norm)
-    for _ in range(steps):
-        opt.zero_grad()
-        z = norm_f(h + torch.einsum("lnd,lde->lne", h, A) + b[:, None])
-        logits = z @ W_U + (b_U if b_U is not None else 0)
-        logp = torch.log_softmax(logits, -1)
-        loss = (target.exp() * (target - logp)).sum(-1).mean()
-        loss.backward()
-        opt.step()
-        curve.append(float(loss.detach()))
+    norm_f = _float_norm(model.final_norm_module)
+    scale = 1.0 / ((L - 1) * n)                                              # the mean over (layer, token)
+    with progress.task(steps, "steps", phase="tuned lens") as bar:
+        for _ in range(steps):
+            opt.zero_grad()
+            total = 0.0
+            for layer in range(L - 1):
+                for c in range(target.n_chunks):
+                    total += _tuned_chunk_loss(h[layer, target.rows(c)], A[layer], b[layer], target, c, norm_f,
+                                               W_U, b_U, scale)
+            opt.step()
+            curve.append(total)
+            bar.advance()
     A_all = torch.cat([A.detach(), torch.zeros(1, d, d)]).numpy()
     b_all = torch.cat([b.detach(), torch.zeros(1, d)]).numpy()
-    return TunedLens(A_all, b_all, np.array(curve), int(real.sum()), steps, lr, seed,
-                     model.name)
+    return TunedLens(A_all, b_all, np.array(curve), int(n), steps, lr, seed, model.name)
+
+
+class _TargetChunks:
+    """The model's final distribution over the training tokens, in token chunks: probabilities p [n, V] (held
+    once, float32), and per token sum(p log p) and sum(p), so KL(p || q) = sum(p log p) - p . log q needs no
+    second vocabulary-wide tensor."""
+
+    def __init__(self, logits: torch.Tensor, chunk: int):
+        self.n, self.chunk = int(logits.shape[0]), int(chunk)
+        self.n_chunks = max(1, -(-self.n // self.chunk))
+        self.p = torch.empty(logits.shape, dtype=torch.float32)
+        self.neg_entropy = torch.empty(self.n, dtype=torch.float32)
+        self.p_sum = torch.empty(self.n, dtype=torch.float32)
+        for c in range(self.n_chunks):
+            r = self.rows(c)
+            lp = torch.log_softmax(logits[r].float().cpu(), -1)
+            p = lp.exp()
+            self.neg_entropy[r] = (p * lp).sum(-1)
+            self.p_sum[r] = p.sum(-1)
+            self.p[r] = p
+
+    def rows(self, c: int) -> slice:
+        return slice(c * self.chunk, min(self.n, (c + 1) * self.chunk))
+
+
+def _tuned_chunk_loss(h, A, b, target: _TargetChunks, c: int, norm_f, W_U, b_U, scale: float) -> float:
+    """Backpropagate one (layer, token chunk) share of the mean KL into A, b; return that share. Only the small
+    [tokens, d_model] part goes through autograd; the logits' gradient is written into their own buffer."""
+    r = target.rows(c)
+    p, p_sum = target.p[r], target.p_sum[r]
+    z = norm_f(h + h @ A + b)
+    with torch.no_grad():
+        buf = z.detach() @ W_U                                              # logits [tokens, V]
+        if b_U is not None:
+            buf += b_U
+        buf -= torch.logsumexp(buf, -1, keepdim=True)                       # log q, in place
+        loss = (target.neg_entropy[r].sum() - torch.vdot(p.reshape(-1), buf.reshape(-1))) * scale
+        buf.exp_().mul_(p_sum[:, None]).sub_(p).mul_(scale)                 # d loss / d logits = q sum(p) - p
+        grad_z = buf @ W_U.T
+    z.backward(grad_z)
+    return float(loss)
 
 
 def _float_norm(norm: torch.nn.Module):

@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from interplab.core import progress
 from interplab.core.errors import ConfigError, ShapeError
 from interplab.core.result import Result
 from interplab.interventions import Patch
@@ -188,13 +189,15 @@ def patch_grid(model, base_ids: list[int], sources: dict[str, torch.Tensor], kin
     # the metric reads the last position only: unembed just that one (most of a small model's forward otherwise),
     # unless an edit underneath touches the logits site, which needs every position
     last = None if any(str(s).split(".")[0] == "logits" for e in edits or () for s in e.sites) else 1
-    for start in range(0, len(cells), batch_size):
-        chunk = cells[start:start + batch_size]
-        masks = _cell_masks(kind, chunk, n_pos, H)
-        patches = [CellPatch(f"{kind}.{layer}", sources[f"{kind}.{layer}"], m) for layer, m in masks.items()]
-        logits = model.run([base_ids] * len(chunk), edits=list(edits or []) + patches,
-                           logits_last=last).logits[:, -1]
-        out[start:start + len(chunk)] = metric(logits).detach().double().cpu().numpy()
+    with progress.task(len(cells), "cells", phase=kind) as bar:
+        for start in range(0, len(cells), batch_size):
+            chunk = cells[start:start + batch_size]
+            masks = _cell_masks(kind, chunk, n_pos, H)
+            patches = [CellPatch(f"{kind}.{layer}", sources[f"{kind}.{layer}"], m) for layer, m in masks.items()]
+            logits = model.run([base_ids] * len(chunk), edits=list(edits or []) + patches,
+                               logits_last=last).logits[:, -1]
+            out[start:start + len(chunk)] = metric(logits).detach().double().cpu().numpy()
+            bar.advance(len(chunk))
     shape = [len(layers)] + ([n_pos] if per_position else []) + ([H] if kind == "attn_z" else [])
     return out.reshape(shape)
 
@@ -220,15 +223,26 @@ def activation_patching(model, clean, corrupt, config: PatchingConfig | None = N
     capture = [f"{k}.{layer}" for k in cfg.sites for layer in layers]
     c_cache, k_cache, m_clean, m_corrupt = run_pair(model, pair, capture, metric, edits)
     base, src = (pair.corrupt, c_cache) if cfg.direction == "denoise" else (pair.clean, k_cache)
-    results = {}
-    for kind in cfg.sites:
-        vals = patch_grid(model, base, {s: src[s] for s in capture}, kind, layers, metric,
-                          per_position=cfg.positions == "each", edits=edits, batch_size=cfg.batch_size)
-        results[kind] = PatchingResult(kind, vals, np.array(layers), token_strings(model, base), m_clean, m_corrupt,
-                                       cfg.direction, "exact", model.n_kv_heads, model.name)
+    with progress.task(grid_size(model, len(base), cfg), "cells"):  # one count over every site kind
+        grids = _sweep(model, cfg, base, src, capture, layers, metric, edits)
+    results = {kind: PatchingResult(kind, vals, np.array(layers), token_strings(model, base), m_clean, m_corrupt,
+                                    cfg.direction, "exact", model.n_kv_heads, model.name)
+               for kind, vals in grids.items()}
     return PatchingSweep(results, token_strings(model, pair.clean), token_strings(model, pair.corrupt),
                          token_strings(model, [pair.answer])[0],
                          "" if pair.wrong is None else token_strings(model, [pair.wrong])[0], cfg, model.name)
+
+
+def grid_size(model, n_pos: int, config: PatchingConfig) -> int:
+    """How many cells (patched forwards) the grid of `config` has for an `n_pos`-token prompt."""
+    layers = grid_layers(model, config.layers)
+    return sum(len(_cells(k, layers, n_pos, model.n_heads, config.positions == "each")) for k in config.sites)
+
+
+def _sweep(model, cfg, base, src, capture, layers, metric, edits) -> dict:
+    return {kind: patch_grid(model, base, {s: src[s] for s in capture}, kind, layers, metric,
+                             per_position=cfg.positions == "each", edits=edits, batch_size=cfg.batch_size)
+            for kind in cfg.sites}
 
 
 def patched_generation(model, clean, corrupt, site: str, position: int | None = None, head: int | None = None, *,

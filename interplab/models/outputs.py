@@ -7,6 +7,7 @@ from typing import Iterator, Mapping
 import torch
 
 from interplab.core.errors import SiteError
+from interplab.core.sites import has_key_axis
 from interplab.models.inputs import Batch
 
 
@@ -35,9 +36,10 @@ class Cache(Mapping[str, torch.Tensor]):
         return f"Cache({inner})"
 
     def last(self, site: str) -> torch.Tensor:
-        """The activation at each row's last real token: [b, ...] (for attn_pattern, the last query row [b, h, k])."""
+        """The activation at each row's last real token: [b, ...] (for attn_pattern / attn_scores, the last query
+        row [b, h, k])."""
         x = self[site]
-        if site.startswith("attn_pattern"):
+        if has_key_axis(site):
             return x[:, :, -1]
         return x[:, -1]  # left padding: the last column is every row's last real token
 
@@ -47,15 +49,15 @@ class Cache(Mapping[str, torch.Tensor]):
         pos = torch.as_tensor(positions, device=x.device).long()
         width = self.batch.input_ids.shape[1]
         cols = width - self.batch.lengths.to(x.device) + pos
-        if site.startswith("attn_pattern"):
+        if has_key_axis(site):
             return x[torch.arange(x.shape[0]), :, cols]
         return x[torch.arange(x.shape[0]), cols]
 
     def by_position(self, site: str) -> torch.Tensor:
         """Re-index a left-padded capture by absolute position: [b, max_len, ...], zero beyond each row's length."""
         x = self[site]
-        if site.startswith("attn_pattern"):
-            raise SiteError("by_position is not defined for attn_pattern")
+        if has_key_axis(site):
+            raise SiteError(f"by_position is not defined for {site} (its key axis is padded too)")
         lengths = self.batch.lengths.to(x.device)
         width = x.shape[1]
         max_len = int(lengths.max())

@@ -46,8 +46,13 @@ def pair(request):
 
 
 def _real(a, mask, kind):
-    if kind == "attn_pattern":
-        return a[mask[:, None, :, None].expand_as(a)]
+    """Real tokens (query rows and keys of [b, h, q, k] sites); attn_scores without its masked entries (finfo.min
+    on both backends), which would otherwise set the scale of the comparison."""
+    if kind in ("attn_pattern", "attn_scores"):
+        keep = mask[:, None, :, None].expand_as(a) & mask[:, None, None, :].expand_as(a)
+        if kind == "attn_scores":
+            keep = keep & (a > torch.finfo(a.dtype).min / 2)
+        return a[keep]
     return a[mask]
 
 

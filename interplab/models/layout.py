@@ -47,11 +47,13 @@ GEMMA_SANDWICH = ModulePaths(layers="model.layers", attn="self_attn", o_proj="se
 GPT2 = ModulePaths(layers="transformer.h", attn="attn", o_proj="attn.c_proj", mlp="mlp", final_norm="transformer.ln_f",
                    style="gpt2", ln1="ln_1", ln2="ln_2", q_proj=None, k_proj=None, v_proj=None, qkv="attn.c_attn",
                    mlp_down="mlp.c_proj", rotary=False)
+PHI3 = ModulePaths(layers="model.layers", attn="self_attn", o_proj="self_attn.o_proj", mlp="mlp",
+                   final_norm="model.norm", q_proj=None, k_proj=None, v_proj=None, qkv="self_attn.qkv_proj")
 PATHS_BY_MODEL_TYPE = {"gpt2": GPT2, "llama": LLAMA_LIKE, "qwen2": LLAMA_LIKE, "mistral": LLAMA_LIKE,
                        "qwen3": LLAMA_LIKE, "gemma": LLAMA_LIKE, "gemma2": GEMMA_SANDWICH,
                        "gemma3_text": GEMMA_SANDWICH,
                        "olmo": LLAMA_LIKE,
-                       "phi3": LLAMA_LIKE}
+                       "phi3": PHI3}
 
 
 def paths_for(hf_model) -> ModulePaths:

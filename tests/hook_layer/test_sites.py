@@ -181,3 +181,16 @@ def test_the_site_list_and_its_errors_name_the_new_sites(llama):
     assert "attn_scores.L" in str(e.value) and "module:PATH" in str(e.value)
     with pytest.raises(SiteError, match="module:model.layers.0"):
         llama.run("w1", capture=["model.layers.0"])
+
+
+def test_a_forward_stopped_after_any_site_captures_what_the_full_one_does(family):
+    """Order keys follow execution: a forward that stops after the deepest requested site (logits=False) has run
+    everything each capture needs, on both backends (nnsight reads its locations in firing order)."""
+    arch, mb, mn = family
+    every = [f"{k}.0" for k in reversed(LAYER_KINDS)] + ["final_norm_scale"]
+    for m in (mb, mn):
+        for sites in [[s] for s in every if s.startswith(NEW)] + [every]:
+            short, full = m.run(PROMPTS, capture=sites, logits=False), m.run(PROMPTS, capture=sites)
+            assert short.logits is None
+            for s in sites:
+                assert torch.equal(short.cache[s], full.cache[s]), (arch, m.backend, s)

@@ -80,9 +80,6 @@ class BridgeBackend:
             self._points = {n: hd[aliases.get(n, n)] for n in {*hd, *aliases} if aliases.get(n, n) in hd}
         return self._points
 
-    def _hook_point(self, name: str):
-        return self._hook_points()[name]
-
     def _site_point(self, site: Site):
         points = self._hook_points()
         for name in tl_hook_names(site):
@@ -97,9 +94,11 @@ class BridgeBackend:
         # Stop once every site of interest has fired (TL fires hook_pattern before hook_z, so "deepest" is not
         # a single well-defined hook here).
         pending = set(req.sites_in_order(self.n_layers)) if req.stop_site(self.n_layers) is not None else None
+        fired: set[Site] = set()
 
         def make_hook(site: Site):
             def hook(x, hook):
+                fired.add(site)
                 x = apply_edits(site, x, req)
                 if site in capture:
                     captures[site.name] = keep(x, req)
@@ -125,6 +124,10 @@ class BridgeBackend:
         finally:
             for point in {id(p): p for p, _ in points}.values():
                 point.remove_hooks(dir="fwd", level=level)
+        silent = [s.name for s in req.sites_in_order(self.n_layers) if s not in fired]
+        if silent:   # a hook TransformerLens declares but never calls on this architecture: not a silent no-op
+            raise SiteError(f"TransformerLens's bridge never fired the hook of {', '.join(silent)} on this "
+                            f"architecture ({type(self.hf_model).__name__}); use backend='nnsight'")
         if out is None:
             return ForwardResult(None, captures, None)
         kv = getattr(out, "past_key_values", None) if req.use_cache else None

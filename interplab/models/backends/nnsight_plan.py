@@ -142,10 +142,11 @@ def locate(backend, site: Site) -> list[tuple]:
     if kind in ("attn_q", "attn_k", "attn_v") or (kind in ("attn_rot_q", "attn_rot_k") and not p.rotary):
         i = "qkv".index(kind[-1])
         heads = hq if i == 0 else hkv
-        if p.qkv is not None:  # fused [q | k | v]: GPT-2's c_attn (no GQA there)
-            d = backend.n_heads * backend.d_head
+        if p.qkv is not None:  # one fused projection [q | k | v] (GPT-2's c_attn, Phi-3's qkv_proj)
+            widths = [hq[0] * hq[1], hkv[0] * hkv[1], hkv[0] * hkv[1]]
+            start = sum(widths[:i])
             return [(_key(backend, L, "q"), get_module(block, p.qkv), (), "output",
-                     slice_access(i * d, (i + 1) * d, heads), False)]
+                     slice_access(start, start + widths[i], heads), False)]
         proj = (p.q_proj, p.k_proj, p.v_proj)[i]
         return [(_key(backend, L, "qkv"[i]), get_module(block, proj), (), "output", tensor_access(heads=heads),
                  False)]

@@ -26,7 +26,11 @@ TEXTS = ["The capital of France is Paris, and the capital of Italy is", "Water b
 
 
 def _real(a, mask, kind):
-    return a[mask[:, None, :, None].expand_as(a)] if kind == "attn_pattern" else a[mask]
+    """Real tokens; for [b, h, q, k] sites real query rows and keys, and attn_scores without its masked entries."""
+    if kind not in ("attn_pattern", "attn_scores"):
+        return a[mask]
+    keep = mask[:, None, :, None].expand_as(a) & mask[:, None, None, :].expand_as(a)
+    return a[keep & (a > torch.finfo(a.dtype).min / 2)] if kind == "attn_scores" else a[keep]
 
 
 def measure(name: str) -> dict:

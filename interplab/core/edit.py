@@ -13,6 +13,7 @@ from typing import Callable, Sequence, Union
 import torch
 
 from interplab.core.errors import InputError, RemoteError, ShapeError
+from interplab.core.sites import KV_HEAD_KINDS, QUERY_HEAD_KINDS, SCALE_KINDS, has_key_axis, kind_of
 
 PHASES = ("prefill", "decode")
 PositionSpec = Union[str, int, Sequence[int], Callable[["StepContext"], torch.Tensor]]
@@ -94,21 +95,30 @@ class ModelShape:
     d_model: int
     d_head: int
     d_vocab: int
+    d_mlp: int | None = None   # the MLP's hidden width (mlp_hidden); None where unknown
 
     @classmethod
     def of(cls, model) -> "ModelShape":
+        d_mlp = getattr(model, "d_mlp", None)
         return cls(*(int(getattr(model, f)) for f in ("n_layers", "n_heads", "n_kv_heads", "d_model", "d_head",
-                                                       "d_vocab")))
+                                                       "d_vocab")), d_mlp=None if d_mlp is None else int(d_mlp))
 
 
 def site_trailing(shape: ModelShape, site: str) -> tuple[int, ...] | None:
-    """The per-token shape of `site`'s activation (after [b, p]); None for attn_pattern, whose key axis grows
-    during decoding."""
-    kind = site.rpartition(".")[0] or site
-    if kind == "attn_pattern":
+    """The per-token shape of `site`'s activation (after [b, p]); None where it is not fixed: attn_pattern and
+    attn_scores (the key axis grows during decoding), module sites (whatever the module returns), mlp_hidden of a
+    model whose MLP width is unknown."""
+    kind = kind_of(site)
+    if has_key_axis(kind) or kind == "module":
         return None
-    if kind == "attn_z":
+    if kind in QUERY_HEAD_KINDS:
         return (shape.n_heads, shape.d_head)
+    if kind in KV_HEAD_KINDS:
+        return (shape.n_kv_heads, shape.d_head)
+    if kind in SCALE_KINDS:
+        return (1,)
+    if kind == "mlp_hidden":
+        return None if shape.d_mlp is None else (shape.d_mlp,)
     if kind == "logits":
         return (shape.d_vocab,)
     return (shape.d_model,)
@@ -137,7 +147,7 @@ def describe_shape(shape: ModelShape) -> str:
 
 def broadcast_mask(mask: torch.Tensor, x: torch.Tensor, site: str) -> torch.Tensor:
     """Broadcast a [b, p] position mask onto an activation tensor of the given site."""
-    if site.startswith("attn_pattern"):  # [b, h, q, k]: positions index the query axis
+    if has_key_axis(site):  # [b, h, q, k]: positions index the query axis
         return mask[:, None, :, None]
     return mask.reshape(*mask.shape, *([1] * (x.ndim - 2)))
 
@@ -257,9 +267,9 @@ class Edit:
                               "without interplab). Run it locally (remote=False) or implement remote_apply.")
         if bool(mask.all()):
             return op
-        kind = site.rpartition(".")[0] or site
-        m = mask[:, None, :, None] if kind == "attn_pattern" else (
-            mask[:, :, None, None] if kind == "attn_z" else mask[:, :, None])
+        kind = kind_of(site)
+        m = mask[:, None, :, None] if has_key_axis(kind) else (
+            mask[:, :, None, None] if kind in QUERY_HEAD_KINDS + KV_HEAD_KINDS else mask[:, :, None])
         return _masked(op, m.cpu())
 
 

@@ -7,6 +7,14 @@ import torch
 
 from interplab.core.errors import InputError, ShapeError
 from interplab.core.edit import PHASES, Edit, ModelShape, PositionSpec, StepContext, check_trailing, site_trailing
+from interplab.core.sites import KV_HEAD_KINDS, QUERY_HEAD_KINDS, has_key_axis, kind_of
+
+HEAD_KINDS = QUERY_HEAD_KINDS + KV_HEAD_KINDS + ("attn_scores", "attn_pattern")
+
+
+def n_heads_at(shape: ModelShape, site: str) -> int:
+    """How many heads a per-head site has: KV heads for attn_k / attn_rot_k / attn_v (GQA), query heads otherwise."""
+    return shape.n_kv_heads if kind_of(site) in KV_HEAD_KINDS else shape.n_heads
 
 
 def _vec_repr(v: torch.Tensor) -> str:
@@ -26,7 +34,7 @@ def _steer_op(v: torch.Tensor, scale: float):
 def _ablate_op(value, heads, site: str):
     """x -> zero or `value` (broadcast), on every head or the selected query heads (Ablate's one definition)."""
     heads = None if heads is None else list(heads)
-    head_axis = 1 if site.startswith("attn_pattern") else 2
+    head_axis = 1 if has_key_axis(site) else 2
 
     def ablate(x):
         repl = torch.zeros_like(x) if value is None else torch.broadcast_to(
@@ -84,7 +92,9 @@ class Steer(Edit):
 class Ablate(Edit):
     """Replace the activation by zero (default) or by `value` (e.g. a dataset mean), optionally only some heads.
 
-    `heads` selects query heads on attn_z / attn_pattern sites."""
+    `heads` selects heads on a per-head site: query heads on attn_q / attn_rot_q / attn_z / attn_scores /
+    attn_pattern, KV heads on attn_k / attn_rot_k / attn_v (GQA). On attn_scores a masked score stays masked.
+    Heads of several layers in one edit: `Ablate.heads({(3, 1), (5, 0)})` (a `HeadAblation`)."""
 
     def __init__(self, site: str, heads: Sequence[int] | int | None = None, positions: PositionSpec = "all",
                  value=None, phases: Sequence[str] = PHASES):
@@ -94,14 +104,26 @@ class Ablate(Edit):
         self.value = None if value is None else torch.as_tensor(value)
         self.phases = tuple(phases)
         self._validate_phases()
-        if self.heads is not None and not site.startswith(("attn_z", "attn_pattern")):
-            raise InputError(f"Ablate(heads=...) needs an attn_z or attn_pattern site, got {site!r}")
+        if self.heads is not None and kind_of(site) not in HEAD_KINDS:
+            raise InputError(f"Ablate(heads=...) needs a per-head site ({', '.join(HEAD_KINDS)}), got {site!r}")
+
+    @classmethod
+    def heads(cls, heads, site: str = "attn_z", value=None, positions: PositionSpec = "all",
+              phases: Sequence[str] = PHASES):
+        """One edit that ablates any set of (layer, head) at `site` (a kind: "attn_z" by default), e.g.
+        `Ablate.heads({(3, 1), (5, 0)})`: zero, or `value` ({(layer, head): [d_head]} or [n_layers, n_heads,
+        d_head], e.g. the heads' mean outputs). Returns a `HeadAblation`."""
+        from interplab.interventions.heads import HeadAblation
+
+        return HeadAblation(heads, site=site, value=value, positions=positions, phases=phases)
 
     def validate(self, shape: ModelShape) -> None:
         site = self.sites[0]
-        if self.heads is not None and any(not -shape.n_heads <= h < shape.n_heads for h in self.heads):
-            raise ShapeError(f"Ablate at {site}: heads {self.heads} out of range for this model's {shape.n_heads} "
-                             f"query heads (0..{shape.n_heads - 1})")
+        n = n_heads_at(shape, site)
+        if self.heads is not None and any(not -n <= h < n for h in self.heads):
+            what = "KV" if kind_of(site) in KV_HEAD_KINDS else "query"
+            raise ShapeError(f"Ablate at {site}: heads {self.heads} out of range for this model's {n} {what} heads "
+                             f"(0..{n - 1})")
         trail = site_trailing(shape, site)
         if self.value is not None and trail is not None:
             v = tuple(self.value.shape)
@@ -111,7 +133,7 @@ class Ablate(Edit):
                                  f"broadcast to this model's per-token shape {list(trail)}")
 
     def apply(self, site, x, ctx):
-        head_axis = 1 if site.startswith("attn_pattern") else 2
+        head_axis = 1 if has_key_axis(site) else 2
         n = x.shape[head_axis]
         if self.heads is not None and any(not -n <= h < n for h in self.heads):
             raise InputError(f"Ablate at {site}: heads {self.heads} out of range for {n} heads")
@@ -134,7 +156,8 @@ class Patch(Edit):
     `source` is [b, n_pos, ...] or [n_pos, ...] where index i holds the value for absolute position i (0 = first
     real token), so the same Patch works in a plain run, in prefill and in every KV-cached decode step. Use
     `Patch.from_cache(cache, site)` to build it from a captured (left-padded) run. Positions past n_pos are kept.
-    `heads` (attn_z only) patches just those query heads and keeps the others: a head-indexed patch."""
+    `heads` (on a [b, p, heads, d_head] site: attn_q/k/v, attn_rot_q/k, attn_z) patches just those heads and keeps
+    the others: a head-indexed patch."""
 
     def __init__(self, site: str, source, positions: PositionSpec = "all", phases: Sequence[str] = PHASES,
                  heads: Sequence[int] | int | None = None):
@@ -144,10 +167,12 @@ class Patch(Edit):
         self.phases = tuple(phases)
         self.heads = [heads] if isinstance(heads, int) else (list(heads) if heads is not None else None)
         self._validate_phases()
-        if site.startswith("attn_pattern"):
-            raise InputError("Patch does not support attn_pattern (the key axis grows during decoding); patch attn_z")
-        if self.heads is not None and not site.startswith("attn_z"):
-            raise InputError(f"Patch(heads=...) needs an attn_z site, got {site!r}")
+        if has_key_axis(site):
+            raise InputError(f"Patch does not support {kind_of(site)} (the key axis grows during decoding); patch "
+                             "attn_z, or attn_q / attn_k")
+        if self.heads is not None and kind_of(site) not in QUERY_HEAD_KINDS + KV_HEAD_KINDS:
+            raise InputError(f"Patch(heads=...) needs a per-head site ({', '.join(QUERY_HEAD_KINDS + KV_HEAD_KINDS)})"
+                             f", got {site!r}")
 
     def validate(self, shape: ModelShape) -> None:
         check_trailing(shape, "Patch", "source", self.source.shape, self.sites[0], (("n_pos",), ("batch", "n_pos")))

@@ -29,7 +29,7 @@ import torch
 from interplab.core import progress as progress_protocol
 from interplab.core.errors import ConfigError, InputError, ResultsError, SiteError
 from interplab.core.io import read_json, write_bytes, write_json
-from interplab.core.sites import parse_sites
+from interplab.core.sites import has_key_axis, parse_sites
 
 FORMAT = "interplab-activation-store/1"
 INDEX = ("row", "position")
@@ -284,9 +284,9 @@ def harvest(model, inputs: Sequence[Any], sites: Sequence[str] | str, out_dir=No
     if isinstance(sites, str):
         sites = [sites]
     names = [str(s) for s in parse_sites(list(sites), model.n_layers)]
-    if any(s.startswith("attn_pattern") for s in names):
-        raise SiteError("attn_pattern cannot be harvested (its key width depends on each batch's padding); capture "
-                        "it with LabModel.run, or harvest attn_z / attn_out")
+    if any(has_key_axis(s) for s in names):
+        raise SiteError("attn_pattern / attn_scores cannot be harvested (their key width depends on each batch's "
+                        "padding); capture them with LabModel.run, or harvest attn_z / attn_out")
     if len(set(names)) != len(names):
         raise InputError(f"duplicate sites in {names}")
     if batch_size < 1:

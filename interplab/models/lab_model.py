@@ -16,14 +16,14 @@ from interplab.models import weights
 from interplab.models.backends.base import ForwardRequest
 from interplab.models.inputs import Batch, prompt_mode, to_batch_checked
 from interplab.models.outputs import Cache, GenerateOutput, RunOutput
-from interplab.core.sites import Site, parse_site, parse_sites, valid_sites
+from interplab.core.sites import ModuleSite, Site, has_key_axis, parse_site, parse_sites, valid_sites
 
 
 class LabModel:
     """A causal LM with canonical activation sites, captures and explicit edits.
 
-    Attributes: n_layers, n_heads (query heads), n_kv_heads, d_model, d_head, d_vocab (together: `shape`, the
-    ModelShape every edit is validated against), n_ctx, tokenizer, hf_model (the transformers module), name,
+    Attributes: n_layers, n_heads (query heads), n_kv_heads, d_model, d_head, d_vocab, d_mlp (together: `shape`,
+    the ModelShape every edit is validated against), n_ctx, tokenizer, hf_model (the transformers module), name,
     backend, device, dtype."""
 
     def __init__(self, backend_impl, tokenizer, *, name: str, path: str | None = None, output_device="cpu"):
@@ -40,6 +40,8 @@ class LabModel:
         self.d_model = int(getattr(cfg, "hidden_size", None) or cfg.n_embd)
         self.d_head = int(getattr(cfg, "head_dim", None) or self.d_model // self.n_heads)
         self.d_vocab = int(cfg.vocab_size)
+        d_mlp = getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None)
+        self.d_mlp = int(d_mlp) if d_mlp else (4 * self.d_model if getattr(cfg, "model_type", "") == "gpt2" else None)
         self.n_ctx = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", 2048))
         p = next(self.hf_model.parameters())
         # Inputs go where the embedding is (the first device of a device_map); a remote model's local copy lives
@@ -113,11 +115,30 @@ class LabModel:
 
     # ----------------------------------------------------------------- inputs and sites
     def sites(self) -> list[str]:
-        """Every valid canonical site name for this model."""
+        """Every valid canonical site name for this model (any `module:PATH` of `module_paths()` is valid too)."""
         return valid_sites(self.n_layers)
 
     def site(self, name: str) -> Site:
-        return parse_site(name, self.n_layers)
+        return self._resolve(parse_site(name, self.n_layers))
+
+    def module_paths(self) -> list[str]:
+        """Every module path of the Hugging Face model in its own names, for module sites: `module:PATH` reads a
+        module's output, `module:PATH:input` its first input (docs/hook_layer.md, "Any other module")."""
+        from interplab.models.layout import module_paths
+
+        return module_paths(self.hf_model)
+
+    def _resolve(self, site: Site) -> Site:
+        """A module site checked against the model (SiteError naming close paths) and told which block it is in."""
+        if not isinstance(site, ModuleSite):
+            return site
+        from interplab.models.layout import module_layer, resolve_module
+
+        resolve_module(self.hf_model, site.path)
+        return ModuleSite(site.path, site.io, layer=module_layer(self.hf_model, site.path))
+
+    def _sites(self, capture) -> list[Site]:
+        return [self._resolve(s) for s in parse_sites(capture, self.n_layers)] if capture else []
 
     @property
     def is_chat(self) -> bool:
@@ -215,7 +236,7 @@ class LabModel:
                 raise InputError(f"edits must be interplab.interventions.Edit objects, got {type(e).__name__}")
             self._validate_once(e)
             for s in e.sites:
-                site = parse_site(s, self.n_layers)
+                site = self._resolve(parse_site(s, self.n_layers))
                 if site.kind not in self._impl.editable_kinds:
                     raise InputError(f"the {self.backend} backend cannot edit {site.kind}; "
                                      f"editable: {sorted(self._impl.editable_kinds)}")
@@ -252,10 +273,10 @@ class LabModel:
 
     @contextlib.contextmanager
     def _eager_if_pattern(self, req: ForwardRequest):
-        """SDPA (or the model's default) unless this forward captures or edits attn_pattern: then eager attention,
-        which is the only implementation that materialises the pattern, for this forward only."""
+        """SDPA (or the model's default) unless this forward captures or edits attn_pattern or attn_scores: then
+        eager attention, the only implementation that materialises them, for this forward only."""
         impl = self.attn_implementation
-        touches = any(s.kind == "attn_pattern" for s in (*req.capture, *req.edits))
+        touches = any(has_key_axis(s) for s in (*req.capture, *req.edits))
         if not touches or impl in (None, "eager") or self.remote:
             yield
             return
@@ -284,7 +305,7 @@ class LabModel:
         graph is kept, so a loss on logits or captures back-propagates into edit parameters (e.g. a steering
         vector with requires_grad) and model weights."""
         batch = self.tokenize(inputs, chat=chat)
-        sites = parse_sites(capture, self.n_layers) if capture else []
+        sites = self._sites(capture)
         ctx = StepContext("prefill", -1, batch.position_ids, batch.lengths, batch.attention_mask.bool())
         if not logits and not sites:
             raise InputError("run(logits=False) needs at least one site in capture=[...]")
@@ -326,7 +347,7 @@ class LabModel:
         if int(batch.lengths.max()) + max_new_tokens > self.n_ctx:
             raise InputError(f"prompt ({int(batch.lengths.max())} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
                              f"the model's context of {self.n_ctx} tokens")
-        sites = parse_sites(capture, self.n_layers) if capture else []
+        sites = self._sites(capture)
         edit_map = self._edits_by_site(edits, _has_padding(batch))
         if self.remote:
             return self._generate_remote(batch, sites, edit_map, max_new_tokens, greedy=greedy,
@@ -407,9 +428,9 @@ class LabModel:
             new_lists.append(row)
         text = [self.tokenizer.decode([t for t in r if t not in stop], skip_special_tokens=False).strip()
                 for r in new_lists]
-        # attn_pattern keys grow every step, so its decode captures stay a list of [b, h, 1, k_t]
+        # attn_pattern / attn_scores keys grow every step, so their decode captures stay a list of [b, h, 1, k_t]
         step_caps = {k: [self._out({k: x})[k] for x in v] for k, v in step_caps.items()}
-        decode_cache = {k: (v if k.startswith("attn_pattern") else torch.cat(v, 1)) if v else torch.zeros(0)
+        decode_cache = {k: (v if has_key_axis(k) else torch.cat(v, 1)) if v else torch.zeros(0)
                         for k, v in step_caps.items()}
         decode_active = torch.stack(actives, 1) if actives else torch.zeros(b, 0, dtype=torch.bool)
         return GenerateOutput(tokens=tokens, new_tokens=new_lists, text=text, batch=batch,
@@ -531,6 +552,6 @@ def _has_padding(batch: Batch) -> bool:
 
 def _last_col(x: torch.Tensor, site: Site) -> torch.Tensor:
     """The newest position of a full-sequence capture, shaped like a cached decode capture."""
-    if site.kind == "attn_pattern":
+    if has_key_axis(site):
         return x[:, :, -1:]
     return x[:, -1:]

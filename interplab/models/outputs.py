@@ -7,12 +7,13 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from interplab.core.errors import InputError, SiteError
+from interplab.core.sites import has_key_axis
 from interplab.models.inputs import Batch
 
 
 def _query_axis(site: str) -> int:
     """The axis of a capture that indexes token positions (query positions for [b, h, q, k] attention maps)."""
-    return 2 if site.startswith(("attn_pattern", "attn_scores")) else 1
+    return 2 if has_key_axis(site) else 1
 
 
 class Cache(Mapping[str, torch.Tensor]):
@@ -42,8 +43,10 @@ class Cache(Mapping[str, torch.Tensor]):
         real = self.batch.attention_mask.bool()
         if bool(real.all()) or not x.is_floating_point():
             return x
+        axis = _query_axis(site)
+        if x.ndim <= axis or tuple(x.shape[i] for i in (0, axis)) != tuple(real.shape):
+            return x          # a module site of another layout: no position axis to mask
         if site not in self._masked:
-            axis = _query_axis(site)
             shape = [1] * x.ndim
             shape[0], shape[axis] = real.shape
             keep = real.to(x.device).reshape(shape)
@@ -86,9 +89,10 @@ class Cache(Mapping[str, torch.Tensor]):
         return f"Cache({inner})"
 
     def last(self, site: str) -> torch.Tensor:
-        """The activation at each row's last real token: [b, ...] (for attn_pattern, the last query row [b, h, k])."""
+        """The activation at each row's last real token: [b, ...] (for attn_pattern / attn_scores, the last query
+        row [b, h, k])."""
         x = self.raw(site)
-        if site.startswith(("attn_pattern", "attn_scores")):
+        if has_key_axis(site):
             return x[:, :, -1]
         return x[:, -1]  # left padding: the last column is every row's last real token
 
@@ -98,15 +102,15 @@ class Cache(Mapping[str, torch.Tensor]):
         pos = torch.as_tensor(positions, device=x.device).long()
         width = self.batch.input_ids.shape[1]
         cols = width - self.batch.lengths.to(x.device) + pos
-        if site.startswith(("attn_pattern", "attn_scores")):
+        if has_key_axis(site):
             return x[torch.arange(x.shape[0]), :, cols]
         return x[torch.arange(x.shape[0]), cols]
 
     def by_position(self, site: str) -> torch.Tensor:
         """Re-index a left-padded capture by absolute position: [b, max_len, ...], zero beyond each row's length."""
         x = self.raw(site)
-        if _query_axis(site) != 1:
-            raise SiteError(f"by_position is not defined for {site} (an attention map)")
+        if has_key_axis(site):
+            raise SiteError(f"by_position is not defined for {site} (its key axis is padded too)")
         lengths = self.batch.lengths.to(x.device)
         width = x.shape[1]
         max_len = int(lengths.max())

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interplab.core.errors import CheckpointError, MissingDependencyError, ModelNotFoundError
+from interplab.core.errors import CheckpointError, InterplabError, MissingDependencyError, ModelNotFoundError
 from interplab.core.paths import cache_root
 
 PREFIX = "real:"
@@ -46,7 +46,7 @@ class RealModel:
     architecture: str
     backends: tuple[str, ...] = ("bridge", "nnsight")
     notes: str = ""
-    sites: str = "every site kind (interplab.core.sites.LAYER_KINDS), final_norm, logits"
+    sites: str = "every site kind (interplab.core.sites.SITE_KINDS) and module sites"
     extra: dict = field(default_factory=dict)
 
     @property
@@ -198,11 +198,20 @@ def _build(entry: Path, parts: list[Path], gguf_name: str, *, expected_sha256: s
                 f"the GGUF of {label} has sha256 {got[:16]}... ({size:,} bytes), not the registry's "
                 f"{expected_sha256[:16]}...: the installed file is truncated or different. Reinstall it "
                 f"(`interplab models install {label.removeprefix(PREFIX)} --force`).")
+        if len(parts) == 1:   # the header's own tensor table, before transformers' slow reader trips over it
+            from interplab.models.gguf_header import check_gguf_complete
+
+            check_gguf_complete(parts[0], _redo(label) + " Nothing was cached.")
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
         tmp.chmod(0o755)
         try:
-            _dequantize(parts, gguf_name, tmp, verbose=verbose)
+            try:
+                _dequantize(parts, gguf_name, tmp, verbose=verbose)
+            except InterplabError:
+                raise
+            except Exception as e:   # the gguf reader's own errors (a truncated file: "cannot reshape array ...")
+                raise CheckpointError(_unreadable(label, parts, e)) from None
             _write_manifest(tmp, parts, expected_sha256, extra)
             if entry.exists():          # damaged or stale: replaced only once the new copy is complete
                 stale = entry.with_name(f".{entry.name}.stale")
@@ -214,6 +223,20 @@ def _build(entry: Path, parts: list[Path], gguf_name: str, *, expected_sha256: s
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return entry
+
+
+def _redo(label: str) -> str:
+    if label.startswith(PREFIX):
+        return f"Reinstall it (`interplab models install {label.removeprefix(PREFIX)} --force`)."
+    return "Download it again (compare its size and checksum with the source's)."
+
+
+def _unreadable(label: str, parts: list[Path], error: Exception) -> str:
+    size = sum(p.stat().st_size for p in parts)
+    files = ", ".join(str(p) for p in parts)
+    return (f"could not read the GGUF file {files} ({size:,} bytes): {type(error).__name__}: {error}. The file is "
+            f"damaged, or holds a model transformers' GGUF loader does not support. {_redo(label)} Nothing was "
+            "cached.")
 
 
 def _dequantize(parts: list[Path], gguf_name: str, out: Path, *, verbose: bool | None) -> None:

@@ -12,7 +12,7 @@ import torch
 from interplab.core.paths import cache_root
 from interplab.data.tokenizers import build_word_tokenizer
 
-ARCHS = ("gpt2", "llama", "qwen2", "mistral")
+ARCHS = ("gpt2", "llama", "qwen2", "mistral", "gemma3")
 
 
 def test_words(vocab: int) -> list[str]:
@@ -22,7 +22,7 @@ def test_words(vocab: int) -> list[str]:
 
 
 def make_config(arch: str, *, n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, vocab=64, n_ctx=128, d_mlp=None):
-    from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
 
     d_head = d_model // n_heads
     d_mlp = d_mlp or 2 * d_model
@@ -39,6 +39,12 @@ def make_config(arch: str, *, n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, v
         return Qwen2Config(**common)
     if arch == "mistral":
         return MistralConfig(sliding_window=None, **common)
+    if arch == "gemma3":
+        # Gemma-3 text: QK-norm, sandwich norms, scaled embeddings, local (sliding) and global layers with their own
+        # RoPE bases; a 4-token window so a short test prompt already reaches past it on the local layers.
+        kinds = ["sliding_attention", "full_attention"]
+        return Gemma3TextConfig(sliding_window=4, layer_types=[kinds[i % 2] for i in range(n_layers)],
+                                query_pre_attn_scalar=d_head, **common)
     raise ValueError(f"unknown arch {arch!r}; use one of {ARCHS}")
 
 

@@ -28,7 +28,8 @@ def _bad(m, edit, *needles):
 
 
 def test_model_shape(m):
-    assert m.shape == ModelShape(n_layers=4, n_heads=4, n_kv_heads=2, d_model=64, d_head=16, d_vocab=64)
+    assert m.shape == ModelShape(n_layers=4, n_heads=4, n_kv_heads=2, d_model=64, d_head=16, d_vocab=64,
+                              d_mlp=128)
     assert ModelShape.of(m) == m.shape
 
 

@@ -70,7 +70,7 @@ def test_bad_sites(llama):
         llama.run("w1", capture=["resid_post.7"])
     assert "resid_pre.L" in str(e.value)
     with pytest.raises(SiteError, match="unknown site"):
-        llama.run("w1", capture=["resid_mid.0"])
+        llama.run("w1", capture=["resid_middle.0"])
     with pytest.raises(SiteError, match="needs a layer index"):
         llama.run("w1", capture=["attn_z"])
     with pytest.raises(SiteError, match="not captured"):
@@ -90,3 +90,30 @@ def test_bad_inputs(llama):
         llama.run("w1", edits=["resid_post.0"])
     with pytest.raises(InputError, match="vocab|token ids"):
         llama.run([[1, 2, 10_000]])
+
+
+def test_truncated_gguf_is_a_typed_error_naming_the_file(tmp_path, monkeypatch):
+    """Issue 49: the first 5 MB of SmolLM2's GGUF made the gguf reader raise an untyped `ValueError: cannot reshape
+    array ...`; it is a CheckpointError naming the file, its size and what to do, and nothing is cached."""
+    from interplab.models import real
+
+    spec = real.real_model("smollm2-135m-instruct")
+    parts = real.part_paths(spec)
+    if parts is None:
+        pytest.fail("SmolLM2's GGUF is not installed; `bash scripts/setup.sh install` installs the real models")
+    bad = tmp_path / "SmolLM2-truncated.gguf"
+    with open(parts[0], "rb") as f:
+        bad.write_bytes(f.read(5_000_000))
+    monkeypatch.setenv("INTERPLAB_REAL_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(CheckpointError) as e:
+        interplab.load_model(str(bad))
+    msg = str(e.value)
+    assert str(bad) in msg and "truncated" in msg and "holds 5,000,000 bytes" in msg and "Download it again" in msg
+    assert "98,36" in msg                # where the header says the tensor data ends (the intact file's size)
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    (tmp_path / "head.gguf").write_bytes(bad.read_bytes()[:100_000])   # cut inside the header (the vocabulary)
+    with pytest.raises(CheckpointError, match="ends inside its own header"):
+        interplab.load_model(str(tmp_path / "head.gguf"))
+    (tmp_path / "junk.gguf").write_bytes(b"not a gguf at all")
+    with pytest.raises(CheckpointError, match="not a readable GGUF"):
+        interplab.load_model(str(tmp_path / "junk.gguf"))

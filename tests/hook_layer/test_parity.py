@@ -1,11 +1,11 @@
-"""Both backends compute the same thing: captures, edited logits, generation, on four architectures."""
+"""Both backends compute the same thing: captures (every site kind), edited logits, generation, on five families."""
 import pytest
 import torch
 
 from interplab.interventions import Ablate, Steer
 from interplab.core.sites import LAYER_KINDS
 
-ARCHS = ("gpt2", "llama", "qwen2", "mistral")
+ARCHS = ("gpt2", "llama", "qwen2", "mistral", "gemma3")
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10"]
 ALL_SITES = [f"{k}.{L}" for L in (0, 1) for k in LAYER_KINDS] + ["final_norm", "logits"]
 

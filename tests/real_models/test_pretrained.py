@@ -46,8 +46,13 @@ def pair(request):
 
 
 def _real(a, mask, kind):
-    if kind == "attn_pattern":
-        return a[mask[:, None, :, None].expand_as(a)]
+    """Real tokens (query rows and keys of [b, h, q, k] sites); attn_scores without its masked entries (finfo.min
+    on both backends), which would otherwise set the scale of the comparison."""
+    if kind in ("attn_pattern", "attn_scores"):
+        keep = mask[:, None, :, None].expand_as(a) & mask[:, None, None, :].expand_as(a)
+        if kind == "attn_scores":
+            keep = keep & (a > torch.finfo(a.dtype).min / 2)
+        return a[keep]
     return a[mask]
 
 
@@ -68,6 +73,33 @@ def test_every_site_kind_agrees_between_backends_relative_to_scale(pair):
             lhs = c[f"resid_pre.{L}"] + c[f"attn_out.{L}"] + c[f"mlp_out.{L}"]
             assert float((lhs - c[f"resid_post.{L}"])[mask].abs().max()) <= REL * float(
                 c[f"resid_post.{L}"][mask].abs().max()), (name, L)
+
+
+def test_new_sites_agree_with_plain_transformers_relative_to_scale(pair):
+    """Issue 49's sites on the real models (SmolLM2: GQA 9/3 heads; Gemma-3: QK-norm, 1 KV head, sliding window),
+    both backends against plain transformers + PyTorch hooks (tests/hook_layer/reference.py)."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.hook_layer.reference import reference_sites
+
+    name, mb, mn = pair
+    layers = (0, mb.n_layers - 1)
+    kinds = ("ln1_scale", "attn_q", "attn_k", "attn_v", "attn_rot_q", "attn_rot_k", "attn_scores", "resid_mid",
+             "ln2_scale", "mlp_hidden")
+    sites = [f"{k}.{L}" for L in layers for k in kinds] + ["final_norm_scale"]
+    ob, on = mb.run(TEXTS, capture=sites), mn.run(TEXTS, capture=sites)
+    batch, mask = ob.batch, ob.batch.attention_mask.bool()
+    hf = AutoModelForCausalLM.from_pretrained(mb.path, attn_implementation="eager").eval()
+    ref = reference_sites(hf, batch.input_ids, batch.attention_mask, batch.position_ids, layers)
+    del hf
+    for s in sites:
+        kind = s.split(".")[0]
+        r = _real(ref[s], mask, kind)
+        scale = max(float(r.abs().max()), 1.0)
+        for backend, out in (("bridge", ob), ("nnsight", on)):
+            got = _real(out.cache[s], mask, kind)
+            assert got.shape == r.shape, (name, backend, s)
+            assert float((got - r).abs().max()) <= REL * scale, (name, backend, s, float((got - r).abs().max()))
 
 
 def test_the_steering_unit_leaves_out_the_massive_positions(pair):

@@ -52,8 +52,9 @@ def test_bridge_nnsight_transformers_agree_on_every_site(small):
     real = ob.batch.attention_mask.bool()
     for s in sites:
         a, b = ob.cache[s], on.cache[s]
-        if s.startswith("attn_pattern"):
-            a, b = a[real[:, None, :, None].expand_as(a)], b[real[:, None, :, None].expand_as(b)]
+        if s.startswith(("attn_pattern", "attn_scores")):   # real query rows and keys; scores unmasked only
+            keep = real[:, None, :, None].expand_as(a) & real[:, None, None, :].expand_as(a) & (a > -1e30)
+            a, b = a[keep], b[keep]
         else:
             a, b = a[real], b[real]
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4, msg=f"{name} {s}")

@@ -182,3 +182,22 @@ def test_remote_options_are_checked(checkpoint_factory):
         interplab.load_model(path, backend="nnsight", remote=True)
     with pytest.raises(ConfigError, match="remote must be"):
         interplab.load_model(path, backend="nnsight", remote="ndif")
+
+
+def test_new_module_sites_run_remotely_and_the_source_ones_say_why(pair):
+    """Issue 49's sites that are module inputs/outputs (resid_mid edited in place, attn_q/k/v, mlp_hidden, the norm
+    scales, an edited scale re-computing its norm) ship to the server like the others; attn_rot_q/k and attn_scores
+    (read through nnsight's `.source`) and module sites (local PyTorch hooks) are refused with the reason."""
+    from interplab.interventions import HeadScale
+
+    loc, rem = pair
+    sites = ["resid_mid.0", "attn_q.1", "attn_k.0", "attn_v.1", "mlp_hidden.0", "ln1_scale.1", "final_norm_scale"]
+    edits = [Steer("resid_mid.0", torch.linspace(-1, 1, loc.d_model)), Steer("ln2_scale.1", [0.5]),
+             HeadScale({(0, 1): 0.0}, site="attn_k"), Steer("mlp_hidden.1", torch.ones(loc.d_mlp))]
+    a, b = loc.run(IDS, capture=sites, edits=edits), rem.run(IDS, capture=sites, edits=edits)
+    for s in sites:
+        _close(a.cache[s], b.cache[s])
+    _close(a.logits, b.logits)
+    for site in ("attn_rot_q.0", "attn_scores.1", "module:model.layers.0.mlp.act_fn"):
+        with pytest.raises(RemoteError, match="remote"):
+            rem.run(IDS, capture=[site])

@@ -6,7 +6,7 @@ from typing import Any, Protocol
 import torch
 
 from interplab.core.edit import Edit, StepContext
-from interplab.core.sites import Site
+from interplab.core.sites import ModuleSite, Site
 
 
 class StopForward(Exception):
@@ -28,12 +28,22 @@ class ForwardRequest:
     logits_to_keep: int = 0  # unembed only the last k positions ([b, k, vocab]; 0: every position)
 
     def sites_in_order(self, n_layers: int) -> list[Site]:
-        sites = set(self.capture) | set(self.edits)
+        """The canonical sites to hook, in execution order. A module site (hooked on its module, see
+        `module_hooks`) adds its block's resid_post as a silent marker, so a forward stopped early still runs the
+        block that holds it."""
+        sites = {s for s in (*self.capture, *self.edits) if not isinstance(s, ModuleSite)}
+        sites |= {Site("resid_post", s.layer) for s in self.module_sites() if s.layer is not None}
         return sorted(sites, key=lambda s: s.order_key(n_layers))
 
+    def module_sites(self) -> list[ModuleSite]:
+        return list(dict.fromkeys(s for s in (*self.capture, *self.edits) if isinstance(s, ModuleSite)))
+
     def stop_site(self, n_layers: int) -> Site | None:
-        """The deepest site of interest when the rest of the forward is not needed."""
+        """The deepest site of interest when the rest of the forward is not needed (None: run to the end, also
+        when a module site lies outside the blocks)."""
         if self.need_logits or self.use_cache:
+            return None
+        if any(s.layer is None for s in self.module_sites()):
             return None
         ordered = self.sites_in_order(n_layers)
         return ordered[-1] if ordered else None
@@ -61,8 +71,33 @@ def keep(x: torch.Tensor, req: ForwardRequest) -> torch.Tensor:
 
 
 def apply_edits(site: Site, x: torch.Tensor, req: ForwardRequest) -> torch.Tensor:
-    for edit in req.edits.get(site, ()):
-        x = edit(site.name, x, req.ctx)
+    edits = req.edits.get(site, ())
+    if not edits:
+        return x
+    if site.kind == "resid_mid":
+        return _edit_in_place(site, x, req)
+    out = x
+    for edit in edits:
+        out = edit(site.name, out, req.ctx)
+    if site.kind == "attn_scores" and out is not x:
+        # A masked score (future key, padding) stays masked whatever the edit does (e.g. Ablate's zeros would
+        # otherwise let a query attend to every later token): the additive mask is finfo.min (or -inf).
+        out = torch.where(x <= torch.finfo(x.dtype).min / 2, x, out)
+    return out
+
+
+def _edit_in_place(site: Site, x: torch.Tensor, req: ForwardRequest) -> torch.Tensor:
+    """resid_mid is read where the MLP's norm reads it, but the block also keeps that same tensor for its
+    residual add (`residual = hidden_states` in every supported family). An edit must change both, as
+    TransformerLens's hook_resid_mid does in HookedTransformer, so it is written into the tensor itself. (The bridge's
+    own hook_resid_mid returns a new tensor that reaches only the MLP.) The edits read a copy under autograd, where
+    an edit that saved its input for the backward pass would otherwise see it overwritten."""
+    out = x.clone() if req.grad else x
+    src = out
+    for edit in req.edits[site]:
+        out = edit(site.name, out, req.ctx)
+    if out is not src:
+        x.copy_(out)
     return x
 
 

@@ -1,10 +1,12 @@
 """nnsight 0.8 backend: canonical sites -> module paths of the Hugging Face model, read/written inside a trace.
 
-One code path serves local and remote forwards. `forward` turns a request into a *plan* — per site, in execution
-order: (envoy, "input"/"output", tuple index, head split, edit closures, capture name) — and runs it with a
-visitor closure. Locally the edit closures call the `Edit` objects; remotely (`remote=True` on NDIF, or
-`remote="local"`, nnsight's simulation of it) they are each edit's `remote_op`, self-contained torch closures that
-nnsight's serializer ships by value, so the server never needs interplab. Remote generation is one nnsight
+One code path serves local and remote forwards. `forward` turns a request into a *plan* — per location (a module's
+input or output, or an operation inside its forward through nnsight's `.source`), in firing order: the parts (one
+per site read there: accessor, edit closures, capture name; see `nnsight_plan`) — and runs it with a visitor
+closure. Module sites (`module:PATH`) are PyTorch hooks for the length of the forward (`module_hooks`). Locally
+the edit closures call the `Edit` objects; remotely (`remote=True` on NDIF, or `remote="local"`, nnsight's
+simulation of it) they are each edit's `remote_op`, self-contained torch closures that nnsight's serializer ships
+by value, so the server never needs interplab. Remote generation is one nnsight
 `session` holding the whole KV-cached decode loop (`generate_session`): one request, not one per token."""
 from __future__ import annotations
 
@@ -14,31 +16,39 @@ import torch
 from interplab.core.errors import InterplabError, RemoteError, SiteError
 from interplab.core.sites import Site
 from interplab.models.backends.base import ForwardRequest, ForwardResult, apply_edits, hf_forward_kwargs
+from interplab.models.backends.module_hooks import module_hooks
+from interplab.models.backends.nnsight_plan import SOURCE_KINDS, locate, unsource
 from interplab.models.layout import get_module as _get, paths_for
 
 
 def _visitor():
-    """The plan runner, as a nested function: cloudpickle ships it by value (it uses only torch and builtins)."""
+    """The plan runner, as a nested function: cloudpickle ships it by value (it uses only torch and builtins).
+
+    plan: [(envoy, chain, where, parts)], locations in the order they fire; chain: attributes read inside the trace
+    (into nnsight's `.source`); parts: [(get, put, edit closures, capture name)] in site order (nnsight_plan)."""
     def visit(plan, caps, grad):
-        for env, where, idx, heads, fns, name in plan:
+        stash = {}
+        for env, chain, where, parts in plan:
+            for attr in chain:
+                env = getattr(env, attr)
             val = env.output if where == "output" else env.input
-            tup = idx is not None and isinstance(val, tuple)
-            x = val[idx] if tup else val
-            flat = x
-            if heads is not None:
-                x = x.reshape(*x.shape[:-1], heads[0], heads[1])
-            for f in fns:
-                x = f(x)
-            if fns:
-                new = x.reshape(flat.shape) if heads is not None else x
-                if tup:
-                    new = (*val[:idx], new, *val[idx + 1:])
+            cur = val
+            for get, put, fns, name in parts:
+                if get is None:          # a write that needs no read (a norm's output re-computed by its scale)
+                    cur = put(cur, None, stash)
+                    continue
+                x = x0 = get(cur, stash)
+                for f in fns:
+                    x = f(x)
+                if x is not x0:          # an edit changed it (a no-op edit returns its input)
+                    cur = put(cur, x, stash)
+                if name is not None:
+                    caps[name] = x if x is None else (x.clone() if grad else x.detach().clone())
+            if cur is not val:
                 if where == "output":
-                    env.output = new
+                    env.output = cur
                 else:
-                    env.input = new
-            if name is not None:
-                caps[name] = x if x is None else (x.clone() if grad else x.detach().clone())
+                    env.input = cur
     return visit
 
 
@@ -58,7 +68,10 @@ def _step_runner():
 
 class NNsightBackend:
     name = "nnsight"
-    editable_kinds = frozenset({"resid_pre", "resid_post", "attn_z", "attn_out", "mlp_out", "final_norm", "logits"})
+    # every kind but attn_pattern: HF attention returns the pattern without reading it back
+    editable_kinds = frozenset({"resid_pre", "ln1_scale", "attn_q", "attn_k", "attn_v", "attn_rot_q", "attn_rot_k",
+                                "attn_scores", "attn_z", "attn_out", "resid_mid", "ln2_scale", "mlp_hidden", "mlp_out",
+                                "resid_post", "final_norm_scale", "final_norm", "logits", "module"})
 
     def __init__(self, hf_model, n_heads: int, d_head: int, *, nn=None, remote=False):
         from nnsight import NNsight
@@ -68,35 +81,20 @@ class NNsightBackend:
         self.nn = nn if nn is not None else NNsight(hf_model)
         self.remote = remote
         self.n_layers = len(_get(hf_model, self.paths.layers))
+        cfg = hf_model.config
         self.n_heads, self.d_head = n_heads, d_head
+        self.n_kv_heads = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
+        self.sourced: set = set()   # modules this forward's plan instrumented through nnsight's `.source`
 
-    def _block(self, layer: int):
+    def block(self, layer: int):
         return _get(self.nn, self.paths.layers)[layer]
-
-    def _locate(self, site: Site):
-        """(envoy, "input"/"output", tuple index or None, head split or None) of a site."""
-        kind, p = site.kind, self.paths
-        if kind == "resid_pre":
-            return self._block(site.layer), "input", None, None
-        if kind == "resid_post":
-            return self._block(site.layer), "output", 0, None  # index 0 only when the block returns a tuple
-        if kind == "attn_z":
-            return _get(self._block(site.layer), p.o_proj), "input", None, (self.n_heads, self.d_head)
-        if kind == "attn_out" and p.attn_out:
-            return _get(self._block(site.layer), p.attn_out), "output", None, None
-        if kind in ("attn_out", "attn_pattern"):
-            return _get(self._block(site.layer), p.attn), "output", 0 if kind == "attn_out" else 1, None
-        if kind == "mlp_out":
-            return _get(self._block(site.layer), p.mlp_out or p.mlp), "output", None, None
-        if kind in ("final_norm", "logits"):
-            return _get(self.nn, p.final_norm if kind == "final_norm" else p.lm_head), "output", None, None
-        raise SiteError(f"unsupported site {site}")  # pragma: no cover - parse_site guarantees the kind
 
     def _edit_fns(self, site: Site, req: ForwardRequest) -> list:
         edits = req.edits.get(site, ())
         if edits and site.kind == "attn_pattern":
             raise SiteError("editing attn_pattern needs the bridge backend (HF attention returns the pattern but "
-                            "does not read it back); use backend='bridge' or edit attn_z")
+                            "does not read it back); use backend='bridge', or edit attn_scores (pre-softmax) or "
+                            "attn_z")
         if not edits:
             return []
         if self.remote:
@@ -105,9 +103,24 @@ class NNsightBackend:
         return [lambda x, s=site: apply_edits(s, x, req)]
 
     def plan(self, req: ForwardRequest) -> list:
+        """[(envoy, chain, where, parts)]: every location the request reads, once, in firing order."""
+        if self.remote:
+            bad = [s.name for s in (*req.capture, *req.edits) if s.kind in SOURCE_KINDS or s.kind == "module"]
+            if bad:
+                raise RemoteError(f"{', '.join(bad)} cannot run on a remote engine (they read inside a module's "
+                                  "forward or hook a module locally); run the model locally (remote=False)")
         capture = set(req.capture)
-        return [(*self._locate(s), self._edit_fns(s, req), s.name if s in capture else None)
-                for s in req.sites_in_order(self.n_layers)]
+        locations: dict[tuple, list] = {}
+        for s in req.sites_in_order(self.n_layers):
+            fns = self._edit_fns(s, req)
+            for i, (key, env, chain, where, (get, put), edits_only) in enumerate(locate(self, s)):
+                if edits_only and not fns:
+                    continue
+                loc = locations.setdefault((key, id(env), chain, where), [key, env, chain, where, []])
+                name = s.name if s in capture and i == 0 else None
+                loc[4].append((get, put, fns if get is not None else [], name))
+        ordered = sorted(locations.values(), key=lambda loc: loc[0])
+        return [(env, chain, where, parts) for _, env, chain, where, parts in ordered]
 
     def _trace_kw(self) -> dict:
         return {"remote": self.remote} if self.remote else {}
@@ -116,17 +129,26 @@ class NNsightBackend:
         if self.remote and req.grad:
             raise RemoteError("gradients do not run remotely (run(grad=True), steering-vector optimisation); load "
                               "the model locally (remote=False) for gradient-based methods")
+        try:
+            return self._forward(req)
+        finally:
+            for module in self.sourced:
+                unsource(module)
+            self.sourced.clear()
+
+    def _forward(self, req: ForwardRequest) -> ForwardResult:
         plan, visit, grad = self.plan(req), _visitor(), req.grad
+        module_caps: dict = {}
         if not plan and not self.remote:
             # nothing to capture or edit: the plain forward computes the same thing without nnsight's per-module
             # interleaving (~13 % of a KV-cached decode step on SmolLM2-135M at one thread)
-            with torch.set_grad_enabled(req.grad):
+            with torch.set_grad_enabled(req.grad), module_hooks(self.hf_model, req, module_caps, "nnsight"):
                 out = self.hf_model(**hf_forward_kwargs(req))
             kv = getattr(out, "past_key_values", None) if req.use_cache else None
-            return ForwardResult(out.logits if req.need_logits else None, {}, kv)
+            return ForwardResult(out.logits if req.need_logits else None, module_caps, kv)
         stop = req.stop_site(self.n_layers) is not None
         nn = self.nn
-        with torch.set_grad_enabled(req.grad):
+        with torch.set_grad_enabled(req.grad), module_hooks(self.hf_model, req, module_caps, "nnsight"):
             with nn.trace(**hf_forward_kwargs(req), **self._trace_kw()) as tracer:
                 caps = {}
                 visit(plan, caps, grad)
@@ -134,7 +156,7 @@ class NNsightBackend:
                 if stop:
                     tracer.stop()
                 out = nn.output.save()
-        captures = dict(caps)
+        captures = {**dict(caps), **module_caps}
         _check_patterns(captures)
         if stop:
             return ForwardResult(None, captures, None)

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import functools
 
+from types import MappingProxyType
+
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
+import numpy as np
 import torch
 
 from interplab.core.errors import InputError, RemoteError, ShapeError
@@ -161,8 +164,10 @@ class Edit:
     Either returns the edited activation for the whole tensor; the base class restricts the change to real tokens
     of the selected phases and positions, so padding and finished rows are never edited.
 
-    Edits are immutable once built: setting a public attribute afterwards raises AttributeError (build a new edit
-    instead), so what `repr` shows is what runs. Attributes starting with "_" are the edit's private caches.
+    Edits are immutable once built, so what `repr` shows is what runs: setting a public attribute afterwards
+    raises AttributeError (build a new edit instead), and the constructor takes its own copy of every tensor
+    (changing the caller's tensor later changes nothing; autograd still flows through the copy), stores lists as
+    tuples and dicts as read-only mappings. Attributes starting with "_" are the edit's private caches.
     """
 
     sites: tuple[str, ...] = ()
@@ -181,6 +186,9 @@ class Edit:
             # frozen once the most-derived constructor is done (a subclass's __init__ may still set attributes
             # after calling super().__init__)
             if next(k for k in type(self).__mro__ if "__init__" in k.__dict__) is cls:
+                for name, value in list(vars(self).items()):
+                    if not name.startswith("_"):
+                        object.__setattr__(self, name, _owned(value))
                 object.__setattr__(self, "_frozen", True)
 
         cls.__init__ = __init__
@@ -271,6 +279,22 @@ class Edit:
         m = mask[:, None, :, None] if has_key_axis(kind) else (
             mask[:, :, None, None] if kind in QUERY_HEAD_KINDS + KV_HEAD_KINDS else mask[:, :, None])
         return _masked(op, m.cpu())
+
+
+def _owned(value):
+    """The edit's own, unchangeable copy of a constructor value: tensors cloned (so the caller's later in-place
+    changes do not reach a built edit), lists as tuples, dicts as read-only mappings, recursively."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, np.ndarray):
+        own = value.copy()
+        own.setflags(write=False)
+        return own
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return tuple(_owned(v) for v in value)
+    if isinstance(value, (dict, MappingProxyType)):
+        return MappingProxyType({k: _owned(v) for k, v in value.items()})
+    return value
 
 
 def _masked(op, m: torch.Tensor):

@@ -147,7 +147,8 @@ class Ablate(Edit):
 
     def __repr__(self):
         val = "zero" if self.value is None else _vec_repr(self.value)
-        return f"Ablate(site={self.sites[0]!r}, heads={self.heads}, positions={self.positions!r}, value={val})"
+        return (f"Ablate(site={self.sites[0]!r}, heads={self.heads}, positions={self.positions!r}, value={val}, "
+                f"phases={self.effective_phases})")
 
 
 class Patch(Edit):
@@ -221,4 +222,4 @@ class Patch(Edit):
     def __repr__(self):
         heads = "" if self.heads is None else f", heads={self.heads}"
         return (f"Patch(site={self.sites[0]!r}, source={tuple(self.source.shape)}, positions={self.positions!r}"
-                f"{heads})")
+                f"{heads}, phases={self.effective_phases})")

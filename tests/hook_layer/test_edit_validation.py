@@ -153,6 +153,26 @@ def test_edits_are_immutable_and_derive_what_they_show():
         p.n_calls = 5
 
 
+def test_an_edit_owns_its_values():
+    """Issue 47 §5: changing the caller's tensor, list or dict after building an edit changes nothing that runs."""
+    import torch
+
+    from interplab.interventions import Ablate, Patch, Steer
+
+    v, heads, src = torch.ones(4), [0, 1], torch.zeros(3, 4)
+    s, a, p = Steer("resid_post.0", v), Ablate("attn_z.0", heads=heads), Patch("resid_post.0", src)
+    before = repr(s), repr(a), repr(p)
+    v[0], src[0, 0] = 5.0, 7.0
+    heads.append(2)
+    assert torch.equal(s.vector, torch.ones(4)) and a.heads == (0, 1) and float(p.source[0, 0]) == 0.0
+    assert (repr(s), repr(a), repr(p)) == before
+    with pytest.raises(AttributeError):
+        a.heads.append(3)                            # stored as a tuple
+    w = torch.ones(4, requires_grad=True)            # autograd still flows through the edit's copy
+    (Steer("resid_post.0", w).vector * 2).sum().backward()
+    assert torch.equal(w.grad, torch.full((4,), 2.0))
+
+
 @pytest.mark.parametrize("make", ["steer", "ablate", "gate"])
 def test_local_and_remote_forms_share_one_definition(make):
     """apply and remote_apply of the built-in edits compute the same thing (one definition of the math)."""

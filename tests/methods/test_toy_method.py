@@ -34,9 +34,21 @@ def ckpt():
     return resolve("zoo:toy-chat")  # a shipped organism whose vocabulary spells the toy method's texts
 
 
-def test_without_the_plugin_there_are_six_methods():
+def _declared_builtins() -> set[str]:
+    """The methods declared by the modules of interplab.methods (each module's METHOD), read from the files."""
+    import importlib
+    import pkgutil
+
+    import interplab.methods as pkg
+
+    mods = (importlib.import_module(f"interplab.methods.{i.name}") for i in pkgutil.iter_modules(pkg.__path__))
+    return {m.METHOD.name for m in mods if isinstance(getattr(m, "METHOD", None), M.MethodSpec)}
+
+
+def test_without_the_plugin_only_the_declared_builtins():
     M.reset()
-    assert [m.name for m in M.methods()] == ["truth", "decodeshare", "crh", "pcfg", "hyperfit", "sae"]
+    names = [m.name for m in M.methods()]
+    assert len(names) >= 6 and set(names) == _declared_builtins() and "toy_method" not in names
 
 
 def test_the_toy_method_appears_everywhere(toy, capsys):

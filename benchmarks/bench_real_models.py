@@ -247,10 +247,40 @@ def truth_map() -> dict:
                        "threads": torch.get_num_threads(), "device": _device()})
 
 
+def load(backend: str) -> dict:
+    """Issue 49: `interplab.load_model` (weights, tokenizer, the backend's wrapper) vs plain transformers'
+    `from_pretrained` of the same de-quantized checkpoint plus its tokenizer; both from a warm file cache."""
+    import interplab
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from interplab.models.real import checkpoint_for
+
+    _threads()
+    path = str(checkpoint_for(NAME.split(":", 1)[1]))
+
+    def ours_fn():
+        interplab.load_model(NAME, backend=backend, device=_device())
+        gc.collect()
+
+    def anchor_fn():
+        AutoModelForCausalLM.from_pretrained(path).to(_device()).eval()
+        AutoTokenizer.from_pretrained(path)
+        gc.collect()
+
+    ours = timeit(ours_fn, repeat=3, warmup=1)
+    anchor = timeit(anchor_fn, repeat=3, warmup=1)
+    ratio = ours / anchor
+    return dict(ours=ours, anchor=anchor, ratio=ratio, goal="<= 1.20x plain from_pretrained + tokenizer",
+                ok=ratio <= 1.2, extra={"model": NAME, "backend": backend, "threads": torch.get_num_threads(),
+                                        "device": _device()})
+
+
 BENCHMARKS = {}
 for _backend in ("bridge", "nnsight"):
     for _edit_kind, _label in (("", "generate"), ("steer", "generate_steer"), ("headgate", "generate_headgate")):
         BENCHMARKS[f"real_smollm2_{_label}_{_backend}"] = (lambda b=_backend, e=_edit_kind: generate(b, e))
 BENCHMARKS["real_smollm2_capture_vs_rwc"] = capture_vs_run_with_cache
+BENCHMARKS["real_smollm2_load_bridge"] = lambda: load("bridge")
+BENCHMARKS["real_smollm2_load_nnsight"] = lambda: load("nnsight")
 BENCHMARKS["real_smollm2_hook_overhead"] = hook_overhead
 BENCHMARKS["real_smollm2_truth_map"] = truth_map

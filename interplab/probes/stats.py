@@ -12,7 +12,8 @@ from interplab.core.record import Record
 __all__ = ["pearson", "rankdata", "spearman", "bootstrap_ci", "cluster_bootstrap_ci", "t_interval", "intervals",
            "slope_interval", "holm_adjust",
            "paired_signflip_test", "permutation_p", "spearman_interval", "wilson_interval", "normal_sf", "target_row", "bh_qvalues",
-           "Interval", "SlopeInterval", "SpearmanInterval", "TargetRow"]
+           "Interval", "SlopeInterval", "SpearmanInterval", "TargetRow", "resample_indices",
+           "percentile_interval", "bootstrap_stat", "top_k_overlap"]
 
 
 def pearson(a, b) -> np.ndarray:
@@ -474,3 +475,43 @@ def partial_spearman_test(a, b, covariates, *, null: str, groups=None, B: int = 
 
 __all__ += ["residualize", "partial_spearman", "phase_surrogates", "group_permutations",
             "effective_n", "partial_spearman_test", "PartialSpearmanTest"]
+
+
+def resample_indices(n: int, B: int, rng: np.random.Generator) -> np.ndarray:
+    """[B, n] row indices drawn with replacement: the resamples of a bootstrap over n units."""
+    return rng.integers(0, n, size=(B, n))
+
+
+def percentile_interval(samples, *, level: float = 0.95, axis: int = 0,
+                        skip_nan: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi): the central `level` range of `samples` along `axis` (bootstrap resamples, random splits)."""
+    a = (1 - level) / 2
+    q = np.nanquantile if skip_nan else np.quantile
+    x = np.asarray(samples, dtype=np.float64)
+    return q(x, a, axis=axis), q(x, 1 - a, axis=axis)
+
+
+def bootstrap_stat(values, stat, *, B: int = 5000, level: float = 0.95,
+                   rng: np.random.Generator | None = None, seed: int = 0) -> tuple[float, float, float]:
+    """(stat(values), lo, hi): percentile bootstrap interval of any statistic of the units in `values` (axis 0).
+
+    `stat` maps an array of units to a number and must accept a leading resample axis (e.g.
+    `lambda v: v.mean(-1)`); the interval is over `B` resamples of the units."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.shape[0] == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed) if rng is None else rng
+    boot = stat(x[resample_indices(x.shape[0], B, rng)])
+    lo, hi = percentile_interval(boot, level=level)
+    return float(stat(x)), float(lo), float(hi)
+
+
+def top_k_overlap(a, b, k: int) -> float:
+    """The fraction of the k largest entries of `a` that are among the k largest of `b` (ties broken by
+    position, stably, so the answer does not depend on the sort algorithm)."""
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    if k < 1 or k > a.size or a.size != b.size:
+        raise ShapeError(f"top_k_overlap: k={k} must lie in 1..{a.size} and both maps must have "
+                         f"{a.size} entries (got {b.size})")
+    top = lambda v: set(np.argsort(-v, kind="stable")[:k].tolist())  # noqa: E731
+    return len(top(a) & top(b)) / k

@@ -227,7 +227,9 @@ class FactLensStudy(Result):
         return np.random.default_rng([int(self.config.seed), salt])
 
     def _boot_idx(self, n: int, salt: int = 0) -> np.ndarray:
-        return self._rng(salt).integers(0, n, size=(int(self.config.n_boot), n))
+        from interplab.probes.stats import resample_indices
+
+        return resample_indices(n, int(self.config.n_boot), self._rng(salt))
 
     def mean_interval(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean, lo, hi) over the first axis (pairs; NaNs skipped) with a percentile bootstrap interval over pairs."""
@@ -235,11 +237,12 @@ class FactLensStudy(Result):
         if x.shape[0] == 0:
             nan = np.full(x.shape[1:], np.nan)
             return nan, nan, nan
+        from interplab.probes.stats import percentile_interval
+
         with np.errstate(invalid="ignore"), _quiet():
             mean = np.nanmean(x, 0)
             boot = np.nanmean(x[self._boot_idx(x.shape[0])], 1)          # [B, ...]
-            a = (1 - self.config.level) / 2
-            lo, hi = np.nanquantile(boot, a, 0), np.nanquantile(boot, 1 - a, 0)
+            lo, hi = percentile_interval(boot, level=self.config.level, skip_nan=True)
         return mean, lo, hi
 
     # ------------------------------------------------------------------ aggregates
@@ -299,7 +302,7 @@ class FactLensStudy(Result):
 
     def split_half(self, kind: str) -> SplitHalf:
         """Agreement of the head map between random halves of the included pairs (see SplitHalf)."""
-        from interplab.probes.stats import spearman
+        from interplab.probes.stats import percentile_interval, spearman, top_k_overlap
 
         x = self.head_values(kind)
         n, k = x.shape[0], min(self.config.top_k, self.n_layers * self.n_heads)
@@ -309,27 +312,28 @@ class FactLensStudy(Result):
             perm = rng.permutation(n)
             a = np.abs(np.nanmean(x[perm[: n // 2]], 0)).ravel()
             b = np.abs(np.nanmean(x[perm[n // 2: 2 * (n // 2)]], 0)).ravel()
-            ov.append(len(set(np.argsort(-a, kind="stable")[:k]) & set(np.argsort(-b, kind="stable")[:k])) / k)
+            ov.append(top_k_overlap(a, b, k))
             rho.append(spearman(a, b) if np.ptp(a) > 0 and np.ptp(b) > 0 else np.nan)
-        q = (1 - self.config.level) / 2
         ov_a, rho_a = np.asarray(ov, float), np.asarray(rho, float)
 
         def stats3(v):
             v = v[np.isfinite(v)]
-            return (float(v.mean()), float(np.quantile(v, q)), float(np.quantile(v, 1 - q))) if v.size else (
-                float("nan"),) * 3
+            if not v.size:
+                return (float("nan"),) * 3
+            lo, hi = percentile_interval(v, level=self.config.level)
+            return float(v.mean()), float(lo), float(hi)
         (om, ol, oh), (rm, rl, rh) = stats3(ov_a), stats3(rho_a)
         return SplitHalf(map=kind, k=k, n_splits=len(ov), n_pairs=n, overlap_mean=om, overlap_lo=ol, overlap_hi=oh,
                          rho_mean=rm, rho_lo=rl, rho_hi=rh)
 
     def map_agreement(self) -> MapAgreement:
         """Do the patching and DLA head maps name the same heads? (|mean| maps over the included pairs)."""
-        from interplab.probes.stats import spearman
+        from interplab.probes.stats import spearman, top_k_overlap
 
         a = np.abs(np.nanmean(self.head_values("patching"), 0)).ravel()
         b = np.abs(np.nanmean(self.head_values("dla"), 0)).ravel()
         k = min(self.config.top_k, a.size)
-        ov = len(set(np.argsort(-a, kind="stable")[:k]) & set(np.argsort(-b, kind="stable")[:k])) / k
+        ov = top_k_overlap(a, b, k)
         rho = spearman(a, b) if np.isfinite(a).all() and np.ptp(a) > 0 and np.ptp(b) > 0 else float("nan")
         return MapAgreement(k=k, overlap=ov, rho=float(rho), chance_overlap=k / a.size)
 
@@ -345,7 +349,8 @@ class FactLensStudy(Result):
         (k / n_heads); and the reading with the layer partialled out (`depth.depth_partialled`):
         rho_partial, p_partial against heads permuted within their layer, n_eff (heads less
         layers), p_holm (Holm over the rows) and `correction`."""
-        from interplab.probes.stats import holm_adjust, pearson, rankdata, spearman_interval
+        from interplab.probes.stats import (holm_adjust, pearson, percentile_interval, rankdata,
+                                            spearman_interval)
 
         L, H = self.n_layers, self.n_heads
         own = [k for k in HEAD_MAPS if k == "dla" or "attn_z" in self.config.sites]
@@ -371,7 +376,7 @@ class FactLensStudy(Result):
         for name, m in ext.items():
             full[name], boot[name] = m, np.broadcast_to(m, (idx.shape[0], m.size))
         k_top = min(int(self.config.top_k), L * H)
-        q = (1 - self.config.level) / 2
+        level = self.config.level
 
         def top_mask(x):                                                     # [..., L*H] -> bool, True in the top k
             m = np.zeros(x.shape, bool)
@@ -389,11 +394,13 @@ class FactLensStudy(Result):
                 rb = pearson(ranks[a], ranks[b])
                 rb = rb[np.isfinite(rb)]
                 ov_b = (tops[a] & tops[b]).sum(-1) / k_top
-                rows.append(dict(map_a=a, map_b=b, rho=si.rho,
-                                 rho_lo=float(np.quantile(rb, q)) if rb.size else float("nan"),
-                                 rho_hi=float(np.quantile(rb, 1 - q)) if rb.size else float("nan"), p_perm=si.p,
+                rho_lo, rho_hi = (percentile_interval(rb, level=level) if rb.size
+                                  else (float("nan"), float("nan")))
+                ov_lo, ov_hi = percentile_interval(ov_b, level=level)
+                rows.append(dict(map_a=a, map_b=b, rho=si.rho, rho_lo=float(rho_lo), rho_hi=float(rho_hi),
+                                 p_perm=si.p,
                                  k=k_top, overlap=float((top_mask(full[a]) & top_mask(full[b])).sum()) / k_top,
-                                 overlap_lo=float(np.quantile(ov_b, q)), overlap_hi=float(np.quantile(ov_b, 1 - q)),
+                                 overlap_lo=float(ov_lo), overlap_hi=float(ov_hi),
                                  chance_overlap=k_top / (L * H), n_pairs=n,
                                  **_partialled(full[a], full[b], L, H, self.config)))
         out = pd.DataFrame(rows)
@@ -407,18 +414,17 @@ class FactLensStudy(Result):
         """Per site and method, over the included pairs: the median per-pair Spearman ρ of attribution vs exact
         patching with a percentile bootstrap interval of the median (lo, hi), the mean with its bootstrap interval
         (`stats.intervals`), and the median Pearson r."""
-        from interplab.probes.stats import intervals
+        from interplab.probes.stats import intervals, percentile_interval
 
         keep = set(np.flatnonzero(self.included).tolist())
         df = self.attribution[self.attribution["pair"].isin(keep)]
         rows = []
-        q = (1 - self.config.level) / 2
         for (site, method), g in df.groupby(["site", "method"], sort=False):
             rho = g["spearman"].to_numpy(float)
             rho = rho[np.isfinite(rho)]
             if rho.size:
                 med = np.median(rho[self._boot_idx(rho.size, 3)], 1)
-                lo, hi = float(np.quantile(med, q)), float(np.quantile(med, 1 - q))
+                lo, hi = map(float, percentile_interval(med, level=self.config.level))
             else:
                 lo = hi = float("nan")
             iv = intervals(rho, method="bootstrap", level=self.config.level, B=int(self.config.n_boot),

@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from interplab.core.errors import ConfigError
-from interplab.probes.stats import spearman, wilson_interval
+from interplab.probes.stats import bootstrap_stat, percentile_interval, spearman, wilson_interval
 
 
 def evidence_summary(scores, em, *, k_frac: float = 0.25, n_boot: int = 1000, seed: int = 0):
@@ -26,13 +26,11 @@ def evidence_summary(scores, em, *, k_frac: float = 0.25, n_boot: int = 1000, se
     rng = np.random.default_rng(seed)
     rows = []
     for group, idx in (("top-k", order[:k]), ("bottom-k", order[-k:])):
-        vals = e[idx]
-        boots = rng.choice(vals, size=(n_boot, len(vals)), replace=True).mean(1)
-        rows.append({"group": group, "k": k, "mean": float(vals.mean()), "lo": float(np.quantile(boots, 0.025)),
-                     "hi": float(np.quantile(boots, 0.975))})
+        mean, lo, hi = bootstrap_stat(e[idx], lambda v: v.mean(-1), B=n_boot, rng=rng)
+        rows.append({"group": group, "k": k, "mean": mean, "lo": lo, "hi": hi})
     rand = np.array([e[rng.choice(s.size, k, replace=False)].mean() for _ in range(n_boot)])
-    rows.append({"group": "random-k", "k": k, "mean": float(rand.mean()), "lo": float(np.quantile(rand, 0.025)),
-                 "hi": float(np.quantile(rand, 0.975))})
+    lo, hi = percentile_interval(rand)
+    rows.append({"group": "random-k", "k": k, "mean": float(rand.mean()), "lo": float(lo), "hi": float(hi)})
     return pd.DataFrame(rows), spearman(s, e)
 
 

@@ -92,6 +92,8 @@ class TruthScoresExpConfig(ProbeRecipe):
                                                               "context vs memory pairs only"})
     n_null: int = field(default=200, metadata={"help": "world-facts only: label-permutation null maps"})
     alpha: float = field(default=0.05, metadata={"help": "world-facts only: significance level (maxT and BH)"})
+    n_boot: int = field(default=1000, metadata={"help": "world-facts only: fact resamples of the per-head "
+                                                        "intervals and of the held-out best head"})
     figure_formats: list[str] = _formats()
 
 
@@ -103,6 +105,7 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
     """The map on counterfactual world facts with its label-permutation null (issue 27 §1; spec truth_scores.md
     §9)."""
     from interplab.probes.truth.facts_map import fact_probe_rows, facts_truth_map
+    from interplab.probes.truth.map_verdicts import map_verdicts
     from interplab.probes.truth.scores import TruthScoresConfig
 
     model = _load(cfg.model, cfg.backend)
@@ -111,10 +114,11 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
         items = items[:cfg.n_facts]
     recipe = TruthScoresConfig(**cfg.probe_kwargs())
     res = facts_truth_map(model, fact_probe_rows(model, items, seed=cfg.data_seed), config=recipe,
-                          n_null=cfg.n_null, alpha=cfg.alpha)
+                          n_null=cfg.n_null, alpha=cfg.alpha, n_boot=cfg.n_boot)
     run.save_result("facts_map", res)
     run.save_json("summary", {"model": cfg.model, "data": WORLD_FACTS, "known": cfg.known,
                               "distractors": cfg.distractors, **res.summary()})
+    _save_validity(run, map_verdicts(res))
     run.save_table("scores", res.to_frame())
     run.save_table("per_layer", res.per_layer())
     fmts = cfg.figure_formats
@@ -126,6 +130,14 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
                                                   title="Label-permutation null: each null map's best head"), fmts)
     rho = res.rho_evidence()
     save_figure(run, "evidence_scatter", F.evidence_scatter(res.scores, res.evidence_mass, rho=rho), fmts)
+
+
+def _save_validity(run, verdicts) -> None:
+    """The run's verdicts and their checks (`interplab runs show` prints them; the app shows them beside the
+    numbers)."""
+    from interplab.probes.validity import VALIDITY_RESULT, ValidityReport
+
+    run.save_result(VALIDITY_RESULT, ValidityReport.of(verdicts))
 
 
 def _known_items(cfg, model) -> list[dict]:
@@ -237,6 +249,11 @@ def lineage_experiment(cfg: LineageExpConfig, run) -> None:
                         n_null=cfg.n_null)
     run.save_result("lineage", res)
     run.save_json("summary", res.summary())
+    if res.reliability:          # world facts: the base map's reliability and the descendant's drift are known
+        from interplab.probes.truth.map_verdicts import lineage_verdicts
+
+        _save_validity(run, lineage_verdicts(res))
+        run.save_table("weight_drift", res.weight_drift)
     fmts = cfg.figure_formats
     for role, org in res.organisms().items():
         run.save_table(f"scores_{role}", org.scores.to_frame())

@@ -123,6 +123,10 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
     run.save_table("per_layer", res.per_layer())
     fmts = cfg.figure_formats
     save_figure(run, "heatmap", F.score_heatmap(res.scores), fmts)
+    from interplab.probes.truth.scores import TruthScores
+
+    save_figure(run, "heatmap_auroc", F.score_heatmap(TruthScores.from_array(res.scores.auroc, model=cfg.model),
+                                                      title=f"Held-out AUROC (chance 0.5): {cfg.model}"), fmts)
     save_figure(run, "significant_per_layer", F.significant_heads_per_layer(res.per_layer()), fmts)
     top = res.top_head()
     save_figure(run, "null_max", F.null_histogram(res.null_maps.reshape(res.n_null, -1).max(1), top["S"],

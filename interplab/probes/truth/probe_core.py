@@ -4,7 +4,9 @@ as one batched tensor program.
 Recipe (TruthProbe `probing/probe_*_series.py`, spec truth_scores.md §2.2): per fold, fresh zero-initialised
 W [L,H,D] and B [L,H]; logit_{i,l,h} = <X_{i,l,h}, W_{l,h}> + B_{l,h}; BCE-with-logits averaged over (batch, L, H);
 one AdamW (lr 1e-2, wd 1e-3, default betas/eps); 200 epochs of mini-batches of 512 in fold order (no reshuffle);
-prediction 1[sigma(logit) > 0.5]; S_{l,h} = mean over folds of held-out accuracy.
+prediction 1[sigma(logit) > 0.5]; S_{l,h} = mean over folds of held-out accuracy. Beside accuracy every fit also
+returns the held-out ROC AUC of the margins and the balanced accuracy (both 0.5 at chance for any class ratio, where
+accuracy's chance is the majority rate) and each row's held-out margin.
 
 Here every (fold, layer, head) probe is one column of a batched matmul: X is laid out [L*H, N, D] and [L*H, D, N], the weights
 [L*H, F, D], and each step is two `bmm`s plus an elementwise AdamW update written out explicitly (identical to

@@ -228,3 +228,30 @@ def test_lineage_study_on_world_facts_flags_a_descendant_identical_to_its_base(t
     res = run.result("lineage")
     assert res.drift["kl_facts"] > 0 and res.drift["global_rel_change"] > 0.1
     assert len(pd.read_csv(path / "tables" / "weight_drift.csv")) == len(res.weight_drift) > 0
+
+
+def test_validation_organism_map_passes_every_check(tmp_path):
+    """The validation organism (heads planted by construction): its map is reproduced with every check quiet.
+    Its prompts are independent, so each positive is grouped with one negative (the within-group null needs both
+    labels in a group; a map of singletons is refused)."""
+    import interplab
+    from interplab.core.errors import InputError
+    from interplab.probes.truth.scores import capture_head_outputs
+    from interplab.zoo.validation import PlantedTruthSpec, build_planted_truth_organism, planted_truth_items
+
+    m = interplab.load_model(str(build_planted_truth_organism(tmp_path / "planted")), device="cpu")
+    items = planted_truth_items(146, seed=0)
+    X = capture_head_outputs(m, [it["text"] for it in items])
+    y = np.array([it["label"] for it in items])
+    with pytest.raises(InputError, match="both labels"):
+        facts_map_from_activations(X, y, np.arange(len(y)), config=FAST, n_null=3, n_boot=0)
+    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
+    groups = np.arange(len(y))
+    groups[neg[:len(pos)]] = pos[:len(neg)]                 # pair i-th positive with i-th negative
+    fm = facts_map_from_activations(X, y, groups, config=FAST, n_null=19, fold_seeds=(), n_boot=200)
+    fm.evidence_mass = np.random.default_rng(0).random(fm.scores.scores.shape)
+    v = ValidityReport.of(map_verdicts(fm)).verdict(CLAIM_HEADS)
+    assert v.outcome == "reproduced" and not v.failed
+    best = fm.best_held_out
+    assert PlantedTruthSpec().planted_mask()[best["layer"], best["head"]]
+    assert fm.effect_counts()["auroc"]["n_sig_auroc_lo_margin"] >= 4          # the 4 planted heads at least

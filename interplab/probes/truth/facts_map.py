@@ -352,6 +352,10 @@ def facts_map_from_activations(X, y, groups, *, config: TruthScoresConfig | None
     y, groups = np.asarray(y, dtype=np.int64), np.asarray(groups)
     if groups.shape != y.shape:
         raise ShapeError(f"groups must be [N={len(y)}] like the labels, got {groups.shape}")
+    mixed = pd.DataFrame({"g": groups, "y": y}).groupby("g")["y"].nunique()
+    if not (mixed > 1).any():
+        raise InputError("no group holds both labels: permuting labels within groups (the null) would change "
+                         "nothing; group each positive text with the negatives it competes with (a fact's answers)")
     folds = group_folds(groups, cfg.folds, cfg.seed)
     fit_kw = dict(epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, batch_size=cfg.batch_size,
                   dtype=getattr(torch, cfg.dtype), solver=cfg.solver, C=cfg.C, tol=cfg.tol, max_iter=cfg.max_iter)

@@ -1,6 +1,8 @@
-"""docs/truth_scores.md "On a real model" quotes the committed SmolLM2 runs (results/truth-scores-smollm2/,
-results/truth-gating-sweep-smollm2/): every table row is rebuilt here from the run's own files, so the docs cannot
-drift from the runs. Run as a script to print the rows for the docs."""
+"""docs/truth_scores.md "On a real model" quotes the committed runs (results/truth-scores-smollm2/,
+results/truth-scores-gemma3/, results/truth-lineage-smollm2/, results/truth-gating-sweep-smollm2/): every table row
+is rebuilt here from the run's own files and every claim-table row from its saved validity report, so the docs
+cannot drift from the runs. Run as a script (`python -m tests.truth_scores.test_real_model_docs`) to print the rows
+for the docs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +11,7 @@ import pandas as pd
 
 from interplab.results import load_run
 from interplab.results.runs import shipped_runs
+from tests.real_model_docs import assert_claim_table, doc_section
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "truth_scores.md"
@@ -21,42 +24,49 @@ def _fmt_layers(layers: list[int]) -> str:
 
 
 def map_runs() -> dict[str, Path]:
-    """{"triplets" | "pairs": run folder} of the shipped SmolLM2 world-facts maps."""
+    """{"SmolLM2-135M-Instruct" | "Gemma-3-270M": run folder} of the shipped world-facts maps with distractors."""
     out = {}
     for d in shipped_runs("truth-scores"):
-        if d.parent.name != "truth-scores-smollm2" or not (d / "facts_map").exists():
+        if not (d / "facts_map").exists() or not (d / "validity").exists():
             continue
-        summ = load_run(d).json("summary")
-        out["triplets" if "distractor" in summ["candidates"] else "pairs"] = d
+        name = {"truth-scores-smollm2": "SmolLM2-135M-Instruct", "truth-scores-gemma3": "Gemma-3-270M"}.get(
+            d.parent.name)
+        if name:
+            out[name] = d
     return out
 
 
+def _summary(d: Path) -> dict:
+    return load_run(d).json("summary")
+
+
 def map_rows() -> list[str]:
-    rows = []
-    for kind, d in sorted(map_runs().items(), reverse=True):   # triplets first
-        s = load_run(d).json("summary")
-        t = s["top_head"]
-        rows.append(f"| {kind} ({', '.join(s['candidates'])}) | {s['n_facts']} / {s['n_texts']} | "
-                    f"{s['mean_S']:.3f} | {s['null_mean_S']:.3f} | {s['null_max_threshold']:.3f} | "
-                    f"L{t['layer']}H{t['head']} {t['S']:.3f} [{t['lo']:.3f}, {t['hi']:.3f}] | "
-                    f"{s['n_sig_maxt']} / {s['n_heads']} | {s['n_sig_bh']} | {_fmt_layers(s['sig_layers'])} | "
-                    f"{s['rho_S_evidence']:.2f} | {s['stability']['r_min']:.3f} |")
-    return rows
+    """Table 1 (S, the faithful map, with its effect sizes) and table 2 (the balanced metric) of each model."""
+    s_rows, b_rows = [], []
+    for name, d in map_runs().items():
+        s = _summary(d)
+        t, es, ea = s["top_head"], s["effects"]["S"], s["effects"]["auroc"]
+        s_rows.append(f"| {name} | {s['n_facts']} / {s['n_texts']} | {s['majority_rate']:.3f} | {s['mean_S']:.3f} | "
+                      f"{s['null_mean_S']:.3f} | {s['null_max_threshold']:.3f} | "
+                      f"L{t['layer']}H{t['head']} {t['S']:.3f} [{t['lo']:.3f}, {t['hi']:.3f}] | "
+                      f"{s['n_sig_maxt']} / {s['n_heads']} | {es['n_sig_S_margin']} | {es['n_sig_at_majority']} | "
+                      f"{es['n_sig_auroc_lo_margin']} | {s['n_sig_bh']} | {_fmt_layers(s['sig_layers'])} |")
+        b, sh = s["best_held_out"], s["split_half"]
+        b_rows.append(f"| {name} | {s['mean_auroc']:.3f} | {s['mean_balanced_accuracy']:.3f} | "
+                      f"{s['null_mean_auroc']:.3f} | {s['null_max_threshold_auroc']:.3f} | "
+                      f"{s['n_sig_maxt_auroc']} / {s['n_heads']} | {ea['n_sig_auroc_lo_margin']} | "
+                      f"L{b['layer']}H{b['head']} {b['value']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] | "
+                      f"{_fmt_layers(s['sig_layers_auroc'])} | {s['rho_auroc_evidence']:.2f} | "
+                      f"{s['stability']['r_min']:.3f} / {s['stability_auroc']['r_min']:.3f} | "
+                      f"{sh['S']['r_full']:.3f} / {sh['auroc']['r_full']:.3f} |")
+    return s_rows + b_rows
 
 
-def gemma_row() -> str:
-    d = [d for d in shipped_runs("truth-scores") if d.parent.name == "truth-scores-gemma3"][-1]
-    s = load_run(d).json("summary")
-    t = s["top_head"]
-    return (f"| Gemma-3-270M, triplets | {s['n_facts']} / {s['n_texts']} | {s['mean_S']:.3f} | {s['null_mean_S']:.3f} | "
-            f"{s['null_max_threshold']:.3f} | L{t['layer']}H{t['head']} {t['S']:.3f} [{t['lo']:.3f}, {t['hi']:.3f}] | "
-            f"{s['n_sig_maxt']} / {s['n_heads']} | {s['n_sig_bh']} | {_fmt_layers(s['sig_layers'])} | "
-            f"{s['rho_S_evidence']:.2f} | {s['stability']['r_min']:.3f} |")
-
-
-def per_layer_row(kind: str = "triplets") -> str:
-    per = pd.read_csv(map_runs()[kind] / "tables" / "per_layer.csv")
-    return "| " + " | ".join(str(int(v)) for v in per["n_sig_maxt"]) + " |"
+def per_layer_rows(name: str = "SmolLM2-135M-Instruct") -> list[str]:
+    """Significant heads per layer, maxT on S and on AUROC."""
+    fm = load_run(map_runs()[name]).result("facts_map")
+    return ["| S | " + " | ".join(str(int(v)) for v in fm.significant("maxt", "S").sum(1)) + " |",
+            "| AUROC | " + " | ".join(str(int(v)) for v in fm.significant("maxt", "auroc").sum(1)) + " |"]
 
 
 def gating_run() -> Path | None:
@@ -83,26 +93,27 @@ def gating_rows() -> list[str]:
 
 def test_docs_quote_the_world_facts_maps():
     runs = map_runs()
-    assert set(runs) == {"triplets", "pairs"}, runs
+    assert set(runs) == {"SmolLM2-135M-Instruct", "Gemma-3-270M"}, runs
     doc = DOC.read_text()
-    for line in map_rows() + [per_layer_row(), gemma_row()]:
+    for line in map_rows() + per_layer_rows():
         assert line in doc, f"docs/truth_scores.md lacks the row {line!r}"
-    # the numbers the prose and the verdict table quote
-    tri, pairs = (load_run(runs[k]).json("summary") for k in ("triplets", "pairs"))
-    per_t = pd.read_csv(runs["triplets"] / "tables" / "per_layer.csv")
-    per_p = pd.read_csv(runs["pairs"] / "tables" / "per_layer.csv")
-    assert (per_t["n_sig_maxt"][:5] == 0).all() and per_t["n_sig_maxt"][5] > 0
-    quoted = [f"{pairs['n_sig_maxt']} of {pairs['n_heads']} heads", f"layer 0 already has {per_p['n_sig_maxt'][0]}",
-              f"(S up to {pairs['top_head']['S']:.3f})", f"null's mean S is {tri['null_mean_S']:.3f}",
-              f"the {tri['n_sig_maxt']} that remain", f"best head at L{tri['top_head']['layer']}H"
-              f"{tri['top_head']['head']} (S {tri['top_head']['S']:.3f})",
-              f"best S {tri['top_head']['S']:.3f} against a null threshold of {tri['null_max_threshold']:.3f}",
-              f"= {tri['rho_S_evidence']:.2f} over {tri['n_heads']} heads",
-              f"r ≥ {tri['stability']['r_min']:.3f}, top-10 overlap ≥ {tri['stability']['top10_overlap_min']:g}",
-              f"best head is L{pairs['top_head']['layer']}H{pairs['top_head']['head']} ({pairs['top_head']['S']:.3f})"]
+    section = doc_section("truth_scores.md")
+    assert_claim_table(section, *runs.values())
+    # the numbers the prose quotes
+    smol = _summary(runs["SmolLM2-135M-Instruct"])
     flat = " ".join(doc.split())      # prose is wrapped: compare with single spaces
+    quoted = [f"{smol['n_sig_maxt']} heads that beat the family-wise null on S",
+              f"{smol['effects']['S']['n_sig_at_majority']} sit exactly at the majority rate",
+              f"median S of the significant heads {_median_sig_S(runs['SmolLM2-135M-Instruct']):.3f}"]
     for q in quoted:
         assert " ".join(q.split()) in flat, f"docs/truth_scores.md does not quote {q!r}"
+
+
+def _median_sig_S(d: Path) -> float:
+    import numpy as np
+
+    fm = load_run(d).result("facts_map")
+    return float(np.median(fm.scores.scores[fm.significant("maxt", "S")]))
 
 
 def test_docs_quote_the_gating_run():
@@ -112,24 +123,34 @@ def test_docs_quote_the_gating_run():
         assert line in doc, f"docs/truth_scores.md lacks {line!r}"
 
 
-def lineage_row() -> str:
-    d = [d for d in shipped_runs("truth-lineage") if d.parent.name == "truth-lineage-smollm2"][-1]
-    res = load_run(d).result("lineage")
+def lineage_run() -> Path:
+    return [d for d in shipped_runs("truth-lineage") if d.parent.name == "truth-lineage-smollm2"][-1]
+
+
+def lineage_rows() -> list[str]:
+    res = load_run(lineage_run()).result("lineage")
     r = res.lineage.iloc[0]
     w = res.weight_summary.iloc[0]
     pl = res.per_layer["descendant"]
-    return (f"| base ↔ descendant | {r['pearson']:.3f} | {r['spearman']:.3f} | {r['pearson_centered']:.3f} | "
-            f"{r['topk_jaccard']:.3f} (k = {int(r['k'])}) | {r['perm_p']:.3f} | {r['null_mean']:.3f} / "
-            f"{r['null_q95']:.3f} | {pl.min():.2f} (L{int(pl.argmin())}) – {pl.max():.2f} | "
-            f"{w['mean_cos_OV']:.6f} | {w['rho_cos_OV']:.2f} |")
+    rel, dr = res.reliability, res.drift
+    return [(f"| base ↔ descendant | {r['pearson']:.3f} | {r['spearman']:.3f} | {r['pearson_centered']:.3f} | "
+             f"{r['topk_jaccard']:.3f} (k = {int(r['k'])}) | {r['perm_p']:.3f} | {r['null_mean']:.3f} / "
+             f"{r['null_q95']:.3f} | {pl.min():.2f} (L{int(pl.argmin())}) – {pl.max():.2f} | "
+             f"{w['mean_cos_OV']:.6f} | {w['rho_cos_OV']:.2f} |"),
+            (f"| {rel['fold_seed_r_min']:.3f} | {rel['split_half_r']:.3f} ({rel['split_half_full']:.3f}) | "
+             f"{rel['r_auroc']:.3f} | {rel['split_half_full_auroc']:.3f} | {dr['global_rel_change']:.2%} | "
+             f"{dr['one_minus_cos_OV']:.2g} | {dr['kl_facts']:.3f} | {dr['ce_base']:.3f} → {dr['ce_desc']:.3f} |")]
 
 
 def test_docs_quote_the_lineage_run():
-    assert lineage_row() in DOC.read_text(), lineage_row()
+    doc = DOC.read_text()
+    for line in lineage_rows():
+        assert line in doc, line
+    assert_claim_table(doc_section("truth_scores.md"), lineage_run())
 
 
 def test_readme_quotes_the_smollm2_runs():
-    tri = load_run(map_runs()["triplets"]).json("summary")
+    tri = load_run(map_runs()["SmolLM2-135M-Instruct"]).json("summary")
     res = load_run(gating_run()).result("facts_gating")
     d = res.diff.set_index("readout").loc["forced_choice"]
     flat = " ".join((ROOT / "README.md").read_text().split())
@@ -142,6 +163,10 @@ def test_readme_quotes_the_smollm2_runs():
 
 
 if __name__ == "__main__":
-    print("\n".join(map_rows()), "\n", per_layer_row(), "\n", gemma_row(), "\n")
+    from interplab.probes.validity import ValidityReport
+
+    print("\n".join(map_rows() + per_layer_rows() + lineage_rows()), "\n")
+    for d in [*map_runs().values(), lineage_run()]:
+        print(d.name, "\n" + ValidityReport.load(d / "validity").markdown(), "\n")
     if gating_run() is not None:
         print("\n".join(gating_rows()))

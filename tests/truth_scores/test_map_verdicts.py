@@ -108,6 +108,7 @@ def test_planted_head_is_reproduced_with_every_check_passing(planted):
     assert rep.verdict(CLAIM_CEILING).outcome == "not reproduced"       # one head of 21 is not a ceiling map
     assert rep.verdict(CLAIM_EVIDENCE).outcome in ("inconclusive", "not reproduced", "reproduced")
     assert rep.markdown().count("\n") == 4
+    assert all(line.count("|") == 5 for line in rep.markdown().splitlines())
 
 
 def test_significant_heads_at_the_majority_rate_are_not_context_truthful_heads():
@@ -182,6 +183,8 @@ def test_lineage_that_moved_is_reproduced_and_one_that_did_not_is_inconclusive()
     floor = lineage_verdicts(_study(auroc=0.51))[0]
     assert [c.kind for c in floor.failed] == ["floor_ceiling"]
     assert MIN_DRIFT > 6e-6 * 100
+    for line in ValidityReport.of(lineage_verdicts(_study())).markdown().splitlines():
+        assert line.count("|") == 5, line          # no cell text breaks the docs' claim table
 
 
 def test_lineage_study_on_world_facts_flags_a_descendant_identical_to_its_base(tmp_path, bpe_ckpt):  # noqa: F811

@@ -18,7 +18,7 @@ Decision rules (stated here, before any run; docs/truth_scores.md quotes them):
   permutation null; reproduced when perm p ≤ 0.05. Checks: the descendant moved (1 − mean cos OV ≥ MIN_DRIFT) or its
   r sits clearly below the base map's own fold-seed reliability (the ceiling), both maps off the AUROC floor and
   ceiling, facts as the unit.
-* lineage, "heads whose weights change less keep their score": Spearman(cos OV, −|ΔS|) over heads with a bootstrap
+* lineage, "heads whose weights change less keep their score": Spearman(cos OV, −abs ΔS) over heads with a bootstrap
   interval; reproduced above 0, not reproduced below 0, undecided when it holds 0; same drift check.
 """
 from __future__ import annotations
@@ -155,7 +155,7 @@ def lineage_verdicts(study, *, label: str = "") -> list:
     sp = spearman_interval(wd["cos_OV"].to_numpy(), -np.abs(study.base.scores.scores - study.descendant.scores.scores)
                            .ravel(), seed=0)
     v_w = Verdict(METHOD, pre + CLAIM_WEIGHTS,
-                  f"Spearman(cos OV, −|ΔS|) {sp['rho']:.2f} [{sp['lo']:.2f}, {sp['hi']:.2f}] over {sp['n']} heads",
+                  f"Spearman(cos OV, −abs ΔS) {sp['rho']:.2f} [{sp['lo']:.2f}, {sp['hi']:.2f}] over {sp['n']} heads",
                   _decide(sp["lo"], sp["hi"], 0.0),
                   checks=(moved, sampling_units(int(sp["n"]), unit="head", subject="Spearman over heads",
                                                 minimum=MIN_UNITS),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from interplab.results import load_run
@@ -110,8 +111,6 @@ def test_docs_quote_the_world_facts_maps():
 
 
 def _median_sig_S(d: Path) -> float:
-    import numpy as np
-
     fm = load_run(d).result("facts_map")
     return float(np.median(fm.scores.scores[fm.significant("maxt", "S")]))
 
@@ -135,11 +134,18 @@ def lineage_rows() -> list[str]:
     rel, dr = res.reliability, res.drift
     return [(f"| base ↔ descendant | {r['pearson']:.3f} | {r['spearman']:.3f} | {r['pearson_centered']:.3f} | "
              f"{r['topk_jaccard']:.3f} (k = {int(r['k'])}) | {r['perm_p']:.3f} | {r['null_mean']:.3f} / "
-             f"{r['null_q95']:.3f} | {pl.min():.2f} (L{int(pl.argmin())}) – {pl.max():.2f} | "
+             f"{r['null_q95']:.3f} | {np.nanmin(pl):.2f} (L{int(np.nanargmin(pl))}) – {np.nanmax(pl):.2f}"
+             f"{_undefined(pl)} | "
              f"{w['mean_cos_OV']:.6f} | {w['rho_cos_OV']:.2f} |"),
             (f"| {rel['fold_seed_r_min']:.3f} | {rel['split_half_r']:.3f} ({rel['split_half_full']:.3f}) | "
              f"{rel['r_auroc']:.3f} | {rel['split_half_full_auroc']:.3f} | {dr['global_rel_change']:.2%} | "
              f"{dr['one_minus_cos_OV']:.2g} | {dr['kl_facts']:.3f} | {dr['ce_base']:.3f} → {dr['ce_desc']:.3f} |")]
+
+
+def _undefined(per_layer) -> str:
+    """The layers whose within-layer r is undefined (a map constant across that layer's heads)."""
+    bad = [int(i) for i in np.flatnonzero(~np.isfinite(per_layer))]
+    return f"; undefined at {', '.join(f'L{i}' for i in bad)}" if bad else ""
 
 
 def test_docs_quote_the_lineage_run():

@@ -8,7 +8,8 @@
 #
 # DEST (default /work/ckpt/smollm2-descendant): where the HF checkpoint folder goes (~540 MB, float32; never
 # committed). RUNS_ROOT (default /tmp/truth-descendant-runs): where the hyperfit-train run folder is written.
-# One torch thread: the training took 1,440 s of CPU (2,368 s wall on a shared 2-core machine), the drift report 658 s.
+# One torch thread: the training took 1,440 s of CPU (2,368 s wall on a shared 2-core machine),
+# the drift report 658 s.
 set -euo pipefail
 DEST=${1:-/work/ckpt/smollm2-descendant}
 ROOT=${2:-/tmp/truth-descendant-runs}

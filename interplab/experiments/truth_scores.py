@@ -118,7 +118,12 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
     run.save_result("facts_map", res)
     run.save_json("summary", {"model": cfg.model, "data": WORLD_FACTS, "known": cfg.known,
                               "distractors": cfg.distractors, **res.summary()})
-    _save_validity(run, map_verdicts(res))
+    if cfg.n_boot:      # the verdicts read the fact-bootstrap intervals
+        contrast = facts_contrast(res, n_boot=cfg.n_boot)
+        if contrast is not None:
+            run.save_json("contrast", contrast[0])
+            run.save_table("contrast", contrast[1])
+        _save_validity(run, map_verdicts(res, contrast=None if contrast is None else contrast[0]))
     run.save_table("scores", res.to_frame())
     run.save_table("per_layer", res.per_layer())
     fmts = cfg.figure_formats
@@ -134,6 +139,16 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
                                                   title="Label-permutation null: each null map's best head"), fmts)
     rho = res.rho_evidence()
     save_figure(run, "evidence_scatter", F.evidence_scatter(res.scores, res.evidence_mass, rho=rho), fmts)
+
+
+def facts_contrast(res, *, n_boot: int = 1000, n_swaps: int = 1000):
+    """(summary, per-head table) of the context answer against the in-context distractor
+    (`map_contrast.contrast_summary`), or None for a map without distractors."""
+    from interplab.probes.truth.map_contrast import contrast_summary
+
+    if "distractor" not in set(res.rows.get("candidate_kind", [])):
+        return None
+    return contrast_summary(res, "distractor", n_swaps=n_swaps, n_boot=n_boot)
 
 
 def _save_validity(run, verdicts) -> None:

@@ -31,25 +31,50 @@ from tests.truth_scores.test_facts_map import bpe_ckpt  # noqa: F401  (the rando
 FAST = TruthScoresConfig(solver="lbfgs", dtype="float64", folds=4)
 
 
-def _triplets(n_facts: int, L=3, H=7, D=6, planted=None, strength=2.0, everywhere=False, seed=0):
-    """Triplet facts (1 context answer, 2 wrong ones): L x H heads of noise, a planted head, or
-    (everywhere) the label in every head (a shortcut)."""
+def _triplets(
+    n_facts: int,
+    L=3,
+    H=7,
+    D=6,
+    planted=None,
+    strength=2.0,
+    everywhere=False,
+    shortcut=None,
+    seed=0,
+):
+    """Triplet facts (context answer, memory answer, in-context distractor; label 1, 0, 0): L x H
+    heads of noise, a planted head that tells the context answer from both, a shortcut head that
+    only sees "the answer is in the context" (context and distractor alike), or (everywhere) the
+    label in every head."""
     rng = np.random.default_rng(seed)
     y = np.tile([1, 0, 0], n_facts)
+    kinds = np.tile(["context", "memory", "distractor"], n_facts)
     groups = np.repeat(np.arange(n_facts), 3)
     X = rng.normal(size=(3 * n_facts, L, H, D))
     if planted is not None:
         X[:, planted[0], planted[1], 0] += strength * (y - 1 / 3)
+    if shortcut is not None:
+        X[:, shortcut[0], shortcut[1], 0] += 4.0 * (kinds != "memory")
     if everywhere:
         X[..., 0] += 4.0 * (y - 1 / 3)[:, None, None]
-    return X, y, groups
+    rows = pd.DataFrame({"index": groups, "label": y, "candidate_kind": kinds})
+    return X, y, groups, rows
 
 
 def _map(n_facts=60, **kw):
-    X, y, g = _triplets(n_facts, **kw)
-    fm = facts_map_from_activations(X, y, g, config=FAST, n_null=19, fold_seeds=(1,), n_boot=200)
+    X, y, g, rows = _triplets(n_facts, **kw)
+    fm = facts_map_from_activations(
+        X, y, g, config=FAST, n_null=19, fold_seeds=(1,), n_boot=200, rows=rows
+    )
     fm.evidence_mass = np.random.default_rng(1).random(fm.scores.scores.shape)
     return fm
+
+
+def _verdicts(fm, n_boot=200):
+    from interplab.experiments.truth_scores import facts_contrast
+
+    c = facts_contrast(fm, n_boot=n_boot, n_swaps=199)
+    return ValidityReport.of(map_verdicts(fm, contrast=None if c is None else c[0]))
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +89,7 @@ def test_auroc_and_balanced_accuracy_match_scikit_learn():
 
     from interplab.probes.truth.probe_core import fit_head_probes
 
-    X, y, _ = _triplets(40, L=2, H=3, planted=(1, 1), strength=1.0)
+    X, y, _, _ = _triplets(40, L=2, H=3, planted=(1, 1), strength=1.0)
     X[:, 0, 0] = 0.0  # a constant head: every margin tied, AUROC exactly 0.5
     for solver in ("lbfgs", "adamw"):
         fit = fit_head_probes(X, y, folds=4, epochs=20, solver=solver, dtype=None)
@@ -128,7 +153,7 @@ def test_intervals_resample_facts_not_texts(planted):
 # ------------------------------------------------------------------------------------------ map
 # verdicts
 def test_planted_head_is_reproduced_with_every_check_passing(planted):
-    rep = ValidityReport.of(map_verdicts(planted))
+    rep = _verdicts(planted)
     v = rep.verdict(CLAIM_HEADS)
     assert v.outcome == "reproduced" and not v.failed
     assert {c.kind for c in v.checks} == {
@@ -161,32 +186,84 @@ def test_significant_heads_at_the_majority_rate_are_not_context_truthful_heads()
     eff = bad.effect_counts()
     assert eff["S"]["n_sig"] == at_majority.sum() and eff["S"]["n_sig_S_margin"] == 0
     assert eff["auroc"]["n_sig"] == 0 and eff["S"]["n_sig_auroc_lo_margin"] == 0
-    v = ValidityReport.of(map_verdicts(bad)).verdict(CLAIM_HEADS)
+    v = _verdicts(bad).verdict(CLAIM_HEADS)
     assert v.outcome == "not reproduced" and not v.failed
 
 
 def test_a_shortcut_map_at_ceiling_is_inconclusive():
     fm = _map(n_facts=40, everywhere=True)
     assert np.nanmedian(fm.scores.auroc) > 0.95
-    v = ValidityReport.of(map_verdicts(fm)).verdict(CLAIM_HEADS)
+    v = _verdicts(fm).verdict(CLAIM_HEADS)
     assert v.outcome == "inconclusive" and [c.kind for c in v.failed] == ["floor_ceiling"]
 
 
 def test_too_few_facts_and_a_best_head_scored_where_chosen_are_flagged(planted):
     few = _map(n_facts=16, planted=(1, 2), strength=3.0)
-    v = ValidityReport.of(map_verdicts(few)).verdict(CLAIM_HEADS)
+    v = _verdicts(few).verdict(CLAIM_HEADS)
     assert v.outcome == "inconclusive" and "sampling_units" in {c.kind for c in v.failed}
-    best = dict(planted.best_held_out, score_facts=planted.best_held_out["select_facts"])
-    v = ValidityReport.of(map_verdicts(dataclasses.replace(planted, best_held_out=best))).verdict(
-        CLAIM_HEADS
+    from interplab.experiments.truth_scores import facts_contrast
+
+    c = facts_contrast(planted, n_boot=200, n_swaps=199)[0]
+    best = dict(c["best_held_out"], score_facts=c["best_held_out"]["select_facts"])
+    v = ValidityReport.of(map_verdicts(planted, contrast=dict(c, best_held_out=best)))
+    assert [c.kind for c in v.verdict(CLAIM_HEADS).failed] == ["held_out"]
+
+
+def test_contrast_auroc_is_the_fold_mean_auroc_and_its_swap_null_is_calibrated():
+    from interplab.probes.truth.map_contrast import contrast_auroc, swap_null
+    from interplab.probes.truth.map_stats import fold_mean_auroc, fold_of_rows
+
+    fm = _map(seed=4)
+    ts, rows = fm.scores, fm.rows
+    a = contrast_auroc(ts, rows, "distractor")
+    sub = rows["candidate_kind"].isin(["context", "distractor"]).to_numpy()
+    fold = fold_of_rows(ts)
+    for la, h in ((0, 0), (2, 5)):
+        ref = np.column_stack([fold, rows["label"], ts.heldout_margin[:, la, h]])[sub]
+        assert a[la, h] == pytest.approx(fold_mean_auroc(ref), abs=1e-12)
+    obs, null = swap_null(ts, rows, "distractor", n=400, seed=1)
+    assert np.array_equal(obs, a) and null.shape == (400, 3, 7)
+    assert null.mean() == pytest.approx(0.5, abs=0.01)
+    # a null map's maximum over 21 noise heads is exceeded by the observed maximum about 1 time in 2
+    assert 0.05 < (null.reshape(400, -1).max(1) >= obs.max()).mean() < 0.95
+
+
+def test_an_answer_in_context_head_is_not_a_context_truthful_head():
+    """A head that only sees "this answer also occurs in the context" ranks the context answer above
+    the memory answer always and above the distractor never: pooled AUROC ~0.75 and significant,
+    against the distractor chance. The claim is not reproduced on it."""
+    from interplab.probes.truth.map_contrast import contrast_auroc
+
+    fm = _map(shortcut=(2, 3))
+    assert fm.scores.auroc[2, 3] > 0.7 and fm.significant("maxt", "auroc")[2, 3]
+    assert abs(contrast_auroc(fm.scores, fm.rows, "distractor")[2, 3] - 0.5) < 0.1
+    assert contrast_auroc(fm.scores, fm.rows, "memory")[2, 3] > 0.95
+    v = _verdicts(fm).verdict(CLAIM_HEADS)
+    assert v.outcome == "not reproduced" and not v.failed
+
+
+def test_pairs_without_a_distractor_leave_the_claim_undecided():
+    X, y, g, rows = _triplets(60, planted=(1, 2), strength=3.0)
+    keep = (rows["candidate_kind"] != "distractor").to_numpy()
+    fm = facts_map_from_activations(
+        X[keep],
+        y[keep],
+        g[keep],
+        config=FAST,
+        n_null=19,
+        fold_seeds=(),
+        n_boot=100,
+        rows=rows[keep].reset_index(drop=True),
     )
-    assert [c.kind for c in v.failed] == ["held_out"]
+    fm.evidence_mass = np.zeros(fm.scores.scores.shape)
+    v = _verdicts(fm).verdict(CLAIM_HEADS)
+    assert v.outcome == "inconclusive" and not v.failed and "shortcut" in v.reason
 
 
 def test_old_maps_without_the_balanced_metric_are_refused():
     from interplab.core.errors import InputError
 
-    X, y, g = _triplets(20)
+    X, y, g, _ = _triplets(20)
     fm = facts_map_from_activations(
         X, y, g, config=FAST, n_null=3, fold_seeds=(), n_boot=0, split_half=False
     )
@@ -202,6 +279,7 @@ def _study(r=0.95, p=0.001, ceiling=0.96, one_minus_cos=0.01, auroc=0.7, n_facts
     s_base = 0.6 + 0.1 * rng.random(shape)
     dS = 0.02 * rng.random(shape)
     cos = 1 - one_minus_cos * (1 + (rho_sign * dS.ravel() / dS.max()))
+
     def org(s):
         return SimpleNamespace(scores=SimpleNamespace(scores=s, auroc=np.full(shape, auroc)))
 
@@ -315,8 +393,8 @@ def test_lineage_study_flags_a_descendant_identical_to_its_base(tmp_path, bpe_ck
 
 
 def test_validation_organism_map_passes_every_check(tmp_path):
-    """The validation organism (heads planted by construction): its map is reproduced with every
-    check quiet. Its prompts are independent, so each positive is grouped with one negative (the
+    """The validation organism (heads planted by construction): its map passes every check and its
+    planted heads clear the effect margin. Its prompts are independent, so each positive is grouped with one negative (the
     within-group null needs both labels in a group; a map of singletons is refused)."""
     import interplab
     from interplab.core.errors import InputError
@@ -338,8 +416,38 @@ def test_validation_organism_map_passes_every_check(tmp_path):
     groups[neg[: len(pos)]] = pos[: len(neg)]  # pair i-th positive with i-th negative
     fm = facts_map_from_activations(X, y, groups, config=FAST, n_null=19, fold_seeds=(), n_boot=200)
     fm.evidence_mass = np.random.default_rng(0).random(fm.scores.scores.shape)
-    v = ValidityReport.of(map_verdicts(fm)).verdict(CLAIM_HEADS)
-    assert v.outcome == "reproduced" and not v.failed
+    v = _verdicts(fm).verdict(CLAIM_HEADS)
+    # every check quiet; the organism's wrong answers are never in its context, so the claim stays
+    # undecided (the answer-in-context shortcut cannot be excluded), as the rule says
+    assert not v.failed and v.outcome == "inconclusive" and "shortcut" in v.reason
     best = fm.best_held_out
     assert PlantedTruthSpec().planted_mask()[best["layer"], best["head"]]
     assert fm.effect_counts()["auroc"]["n_sig_auroc_lo_margin"] >= 4  # the 4 planted heads at least
+
+
+def test_world_facts_run_saves_its_contrast_and_verdicts(tmp_path, bpe_ckpt):  # noqa: F811
+    from interplab.experiments.registry import run_experiment
+    from interplab.results import load_run
+
+    path = run_experiment(
+        "truth-scores",
+        {
+            "model": str(bpe_ckpt),
+            "data": "world-facts",
+            "known": "all",
+            "n_facts": "24",
+            "n_null": "3",
+            "folds": "3",
+            "solver": "lbfgs",
+            "n_boot": "50",
+            "figure_formats": "",
+        },
+        root=tmp_path,
+    )
+    run = load_run(path)
+    contrast = run.json("contrast")
+    assert contrast["negative"] == "distractor" and contrast["n_facts"] == 24
+    assert len(pd.read_csv(path / "tables" / "contrast.csv")) == 8
+    rep = run.validity()
+    assert set(rep.verdicts["claim"]) == {CLAIM_HEADS, CLAIM_CEILING, CLAIM_EVIDENCE}
+    assert "context answer vs in-context distractor" in rep.verdict(CLAIM_HEADS).measured

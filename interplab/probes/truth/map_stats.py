@@ -109,27 +109,30 @@ def head_intervals(
     level: float = 0.95,
     seed: int = 0,
     metrics: Sequence[str] = ("S", "auroc"),
+    subset: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """One row per head: each metric (S = fold-mean accuracy, auroc = fold-mean ROC AUC, recomputed
     from the held-out margins) with its percentile interval from `B` resamples of whole facts
     (`groups`, the sampling unit); every head sees the same resamples. Columns layer, head,
-    <metric>, <metric>_lo, <metric>_hi, n_facts."""
+    <metric>, <metric>_lo, <metric>_hi, n_facts. subset: [N] bool, only these rows (e.g. the
+    context and distractor texts)."""
     y = np.asarray(labels, dtype=np.float64)
     g = np.asarray(groups)
     if y.shape != (ts.n_samples,) or g.shape != y.shape:
         raise ShapeError(
             f"labels and groups must be [N={ts.n_samples}], got {y.shape} and {g.shape}"
         )
+    keep = np.ones(len(y), bool) if subset is None else np.asarray(subset, bool)
     fold = fold_of_rows(ts)
     L, H = ts.scores.shape
     out = []
     for layer in range(L):
         for head in range(H):
-            rows = _rows(ts, y, layer, head, fold)
+            rows = _rows(ts, y, layer, head, fold)[keep]
             rec = {"layer": layer, "head": head}
             for name in metrics:
                 est, lo, hi, k = cluster_bootstrap_ci(
-                    rows, g, B=B, level=level, seed=seed, stat=METRICS[name]
+                    rows, g[keep], B=B, level=level, seed=seed, stat=METRICS[name]
                 )
                 rec.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi, "n_facts": k})
             out.append(rec)
@@ -145,18 +148,27 @@ def split_groups(groups, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def held_out_best_head(
-    ts, labels, groups, *, metric: str = "auroc", B: int = 1000, level: float = 0.95, seed: int = 0
+    ts,
+    labels,
+    groups,
+    *,
+    metric: str = "auroc",
+    B: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    subset: np.ndarray | None = None,
 ) -> dict:
     """The best head chosen on one half of the facts and scored on the other (the maximum of L x H
     estimates on the same facts is biased upward): {layer, head, metric, select_value (on the
     selection half), value, lo, hi (on the scoring half, fact-bootstrap interval), n_select,
-    n_score, select_facts, score_facts}."""
+    n_score, select_facts, score_facts}. subset: [N] bool, only these rows."""
     if metric not in METRICS:
         raise InputError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
     y = np.asarray(labels, dtype=np.float64)
     g = np.asarray(groups)
+    keep = np.ones(len(y), bool) if subset is None else np.asarray(subset, bool)
     sel_facts, score_facts = split_groups(g, seed=seed)
-    in_sel, in_score = np.isin(g, sel_facts), np.isin(g, score_facts)
+    in_sel, in_score = np.isin(g, sel_facts) & keep, np.isin(g, score_facts) & keep
     fold = fold_of_rows(ts)
     L, H = ts.scores.shape
     stat = METRICS[metric]

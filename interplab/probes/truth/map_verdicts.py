@@ -2,21 +2,25 @@
 saved results to a list of `Verdict`s with their validity checks, saved in the run as its `validity`
 report.
 
-Decision rules (stated here, before any run; docs/truth_scores.md quotes them):
+Decision rules (stated here; docs/truth_scores.md quotes them):
 
-* map, "context-truthful heads exist": the best head by AUROC, chosen on one half of the facts, is
-  scored on the other half; reproduced when its fact-bootstrap lower bound is ≥ 0.5 + AUROC_MARGIN
-  (0.60) and at least one head beats the family-wise (maxT) null on AUROC; not reproduced when its
-  upper bound is < 0.60 or no head is significant; otherwise undecided. Checks: the interval
-  resamples facts (≥ 20), the head tests are family-wise corrected, the best head is chosen on facts
-  it is not scored on, and the median head is not at the AUROC ceiling (a map where every head
-  decodes the label is a shortcut, not a set of heads).
+* map, "context-truthful heads exist", read on the context answer against the in-context
+  distractor (`map_contrast`; the pooled AUROC credits the answer-in-context shortcut with 0.75, as
+  the first SmolLM2 run showed: this stricter reading replaced the pooled one after that run): the
+  best head by that AUROC, chosen on one half of the facts, is scored on the other
+  half; reproduced when its fact-bootstrap lower bound is ≥ 0.5 + AUROC_MARGIN (0.60) and at least
+  one head beats the family-wise (maxT) within-fact swap null; not reproduced when its upper bound is
+  < 0.60 or no head is significant; otherwise undecided. Without distractors (pairs) it is undecided:
+  the shortcut cannot be excluded. Checks: the interval resamples facts (≥ 20), the head tests are
+  family-wise corrected, the best head is chosen on facts it is not scored on, and the median head
+  is not at the AUROC ceiling (a map where every head decodes the label is a shortcut, not a set of
+  heads).
 * map, "near ceiling like the released LLM maps" (mean S 0.83–0.92 on HaluEval, spec §2.2
   [checked]): the map's mean balanced accuracy (accuracy at a 1:1 class ratio) against the lowest
   released mean, 0.83; reproduced above 0.83 + 0.02, not reproduced below 0.83 − 0.02, undecided
   between.
-* map, "high-S heads attend to the evidence": Spearman(AUROC, evidence attention) over heads with a
-  bootstrap interval over heads; reproduced when the interval is above 0, not reproduced when below,
+* map, "high-S heads attend to the evidence": Spearman(AUROC, evidence attention) over heads (the
+  context-vs-distractor AUROC where there are distractors) with a bootstrap interval over heads; reproduced when the interval is above 0, not reproduced when below,
   undecided when it holds 0.
 * lineage, "the descendant inherits the base's map": Pearson r of the two S maps against the
   within-layer head permutation null; reproduced when perm p ≤ 0.05. Checks: the descendant moved (1
@@ -84,9 +88,10 @@ def _fmt_head(d: Mapping) -> str:
     return f"L{d['layer']}H{d['head']}"
 
 
-def map_verdicts(fm, *, label: str = "") -> list:
-    """The verdicts of one `FactsTruthMap` (a `truth-scores` world-facts run); `label` prefixes each
-    claim (e.g. the model) so two runs' rows stay distinct in one doc."""
+def map_verdicts(fm, *, contrast: dict | None = None, label: str = "") -> list:
+    """The verdicts of one `FactsTruthMap` (a `truth-scores` world-facts run). contrast: its
+    `map_contrast.contrast_summary(fm)[0]` (context answer vs in-context distractor; None without
+    distractors: the heads claim is then undecided). `label` prefixes each claim (e.g. the model)."""
     from interplab.probes.stats import spearman_interval
 
     if not fm.has_balanced():
@@ -113,22 +118,62 @@ def map_verdicts(fm, *, label: str = "") -> list:
         subject="head significance",
     )
     eff = summ["effects"]
-    best = fm.best_held_out
-    thr = AUROC_CHANCE + AUROC_MARGIN
-    decided = _decide(best["lo"], best["hi"], thr)
-    n_sig = eff["auroc"]["n_sig"]
-    supported = False if not n_sig else decided
-    med = float(np.nanmedian(fm.scores.auroc))
     ea, es = eff["auroc"], eff["S"]
-    heads_measured = (
-        f"{n_sig} / {n_heads} heads beat the family-wise null on AUROC, "
-        f"{ea['n_sig_auroc_lo_margin']} of them with a fact-bootstrap lower bound ≥ {thr:.2f}; "
-        f"best head (chosen on {best['n_select']} facts) {_fmt_head(best)} AUROC "
-        f"{best['value']:.3f} [{best['lo']:.3f}, {best['hi']:.3f}] on the other {best['n_score']}; "
+    thr = AUROC_CHANCE + AUROC_MARGIN
+    s_part = (
         f"on S (majority rate {es['majority']:.3f}) {es['n_sig']} significant, "
         f"{es['n_sig_S_margin']} ≥ majority + {es['S_margin']:.2f}, "
         f"{es['n_sig_at_majority']} exactly at it"
     )
+    if contrast is not None:
+        # the claim is read where the answer-in-context shortcut cannot help (map_contrast)
+        best, n_sig, n_lo = (
+            contrast["best_held_out"],
+            contrast["n_sig_maxt"],
+            contrast["n_sig_lo_margin"],
+        )
+        med = float(contrast["median_auroc"])
+        mt = multiple_testing(
+            n_heads,
+            f"maxT over {n_heads} heads ({contrast['n_swaps']} within-fact label swaps)",
+            subject="head significance (context vs distractor)",
+        )
+        heads_measured = (
+            f"context answer vs in-context distractor: {n_sig} / {n_heads} heads beat the "
+            f"family-wise null, {n_lo} with a fact-bootstrap lower bound ≥ {thr:.2f}; best head "
+            f"(chosen on {best['n_select']} facts) {_fmt_head(best)} AUROC {best['value']:.3f} "
+            f"[{best['lo']:.3f}, {best['hi']:.3f}] on the other {best['n_score']}; pooled over both "
+            f"wrong answers {ea['n_sig']} heads are significant, but against the memory answer alone "
+            f"the mean AUROC is {contrast['mean_auroc_memory']:.3f} (the answer-in-context "
+            f"shortcut); {s_part}"
+        )
+        decided = _decide(best["lo"], best["hi"], thr)
+        supported = False if not n_sig else decided
+        note = (
+            f"AUROC of the context answer against the in-context distractor (0.5 = chance); "
+            f"margin {AUROC_MARGIN:.2f}"
+        )
+    else:
+        best, n_sig = fm.best_held_out, ea["n_sig"]
+        med = float(np.nanmedian(fm.scores.auroc))
+        mt = multiple_testing(
+            n_heads,
+            f"maxT over {n_heads} heads ({fm.n_null} within-fact label permutations)",
+            subject="head significance",
+        )
+        heads_measured = (
+            f"{n_sig} / {n_heads} heads beat the family-wise null on AUROC, "
+            f"{ea['n_sig_auroc_lo_margin']} of them with a fact-bootstrap lower bound ≥ {thr:.2f}; "
+            f"best head (chosen on {best['n_select']} facts) {_fmt_head(best)} AUROC "
+            f"{best['value']:.3f} [{best['lo']:.3f}, {best['hi']:.3f}] on the other "
+            f"{best['n_score']}; {s_part}"
+        )
+        # without an in-context wrong answer, "the answer occurs in the context" gives the label
+        supported = None
+        note = (
+            "no in-context distractor among the wrong answers: the answer-in-context shortcut "
+            "cannot be told from context-truthfulness"
+        )
     v_heads = Verdict(
         METHOD,
         pre + CLAIM_HEADS,
@@ -150,8 +195,7 @@ def map_verdicts(fm, *, label: str = "") -> list:
                 margin=0.05,
             ),
         ),
-        note=f"AUROC is the balanced metric (0.5 = chance at any class ratio); "
-        f"margin {AUROC_MARGIN:.2f}",
+        note=note,
     )
 
     bal = summ["mean_balanced_accuracy"]
@@ -173,13 +217,16 @@ def map_verdicts(fm, *, label: str = "") -> list:
         note=f"decision: mean balanced accuracy against {RELEASED_MEAN_S_MIN} ± {DECISION_MARGIN}",
     )
 
-    sp = spearman_interval(fm.scores.auroc, fm.evidence_mass, seed=0)
+    if contrast is not None:
+        amap, what = np.asarray(contrast["auroc_map"], dtype=float), "AUROC context vs distractor"
+    else:
+        amap, what = fm.scores.auroc, "AUROC"
+    sp = spearman_interval(amap, fm.evidence_mass, seed=0)
     v_ev = Verdict(
         METHOD,
         pre + CLAIM_EVIDENCE,
-        f"Spearman(AUROC, evidence attention) {sp['rho']:.2f} "
-        f"[{sp['lo']:.2f}, {sp['hi']:.2f}] over "
-        f"{n_heads} heads",
+        f"Spearman({what}, evidence attention) {sp['rho']:.2f} "
+        f"[{sp['lo']:.2f}, {sp['hi']:.2f}] over {n_heads} heads",
         _decide(sp["lo"], sp["hi"], 0.0),
         checks=(
             sampling_units(n_heads, unit="head", subject="Spearman over heads", minimum=MIN_UNITS),

@@ -394,8 +394,9 @@ def test_lineage_study_flags_a_descendant_identical_to_its_base(tmp_path, bpe_ck
 
 def test_validation_organism_map_passes_every_check(tmp_path):
     """The validation organism (heads planted by construction): its map passes every check and its
-    planted heads clear the effect margin. Its prompts are independent, so each positive is grouped with one negative (the
-    within-group null needs both labels in a group; a map of singletons is refused)."""
+    planted heads clear the effect margin. Its prompts are independent, so each positive is grouped
+    with one negative (the within-group null needs both labels in a group; a map of singletons is
+    refused)."""
     import interplab
     from interplab.core.errors import InputError
     from interplab.probes.truth.scores import capture_head_outputs

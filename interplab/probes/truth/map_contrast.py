@@ -5,11 +5,11 @@ distractor (label 0). A head that only notices "this answer also occurs in the c
 context answer above the memory answer every time and above the distractor half the time (both are
 in the context): pooled over both negatives that shortcut is worth an AUROC of 0.75, while accuracy
 at the 2:1 ratio hides it at the majority rate. The claim about context-truthful heads is about the
-part the shortcut cannot give, so it is read on the context answer against the in-context
-distractor alone:
+part the shortcut cannot give, so it is read on the context answer against the in-context distractor
+alone:
 
     contrast_auroc(ts, rows, "distractor")   [L, H] fold-mean AUROC of context vs distractor texts
-    swap_null(ts, rows, "distractor")        null maps: within each fact the two texts' labels swapped
+    swap_null(ts, rows, "distractor")        null maps: each fact's two labels swapped at random
     contrast_summary(fm)                     significance (maxT), effect counts, held-out best head
 
 The null swaps the context and distractor labels of each fact with probability ½ on the held-out
@@ -37,8 +37,8 @@ CONTEXT = "context"
 
 
 def _pairs(ts, rows: pd.DataFrame, negative: str):
-    """Per fold: (row indices of the context texts, of the `negative` texts), aligned by fact, for the
-    facts that have both and were held out by one fold."""
+    """Per fold: (row indices of the context texts, of the `negative` texts), aligned by fact, for
+    the facts that have both and were held out by one fold."""
     if "candidate_kind" not in rows:
         raise InputError("the map's rows carry no candidate_kind (context / memory / distractor)")
     kinds = set(rows["candidate_kind"])
@@ -90,7 +90,8 @@ def _auroc_from(parts, flips=None) -> np.ndarray:
 
 
 def contrast_auroc(ts, rows: pd.DataFrame, negative: str = "distractor") -> np.ndarray:
-    """[L, H] fold-mean AUROC of the context texts against the `negative` texts (held-out margins)."""
+    """[L, H] fold-mean AUROC of the context texts against the `negative` texts (held-out
+    margins)."""
     pairs, _ = _pairs(ts, rows, negative)
     return _auroc_from(_rank_parts(ts, pairs)).reshape(ts.scores.shape)
 

@@ -4,24 +4,23 @@ report.
 
 Decision rules (stated here; docs/truth_scores.md quotes them):
 
-* map, "context-truthful heads exist", read on the context answer against the in-context
-  distractor (`map_contrast`; the pooled AUROC credits the answer-in-context shortcut with 0.75, as
-  the first SmolLM2 run showed: this stricter reading replaced the pooled one after that run): the
-  best head by that AUROC, chosen on one half of the facts, is scored on the other
-  half; reproduced when its fact-bootstrap lower bound is ≥ 0.5 + AUROC_MARGIN (0.60) and at least
-  one head beats the family-wise (maxT) within-fact swap null; not reproduced when its upper bound is
-  < 0.60 or no head is significant; otherwise undecided. Without distractors (pairs) it is undecided:
-  the shortcut cannot be excluded. Checks: the interval resamples facts (≥ 20), the head tests are
-  family-wise corrected, the best head is chosen on facts it is not scored on, and the median head
-  is not at the AUROC ceiling (a map where every head decodes the label is a shortcut, not a set of
-  heads).
+* map, "context-truthful heads exist", read on the context answer against the in-context distractor
+  (`map_contrast`; the pooled AUROC credits the answer-in-context shortcut with 0.75, as the first
+  SmolLM2 run showed: this stricter reading replaced the pooled one after that run): the best head
+  by that AUROC, chosen on one half of the facts, is scored on the other half; reproduced when its
+  fact-bootstrap lower bound is ≥ 0.5 + AUROC_MARGIN (0.60) and at least one head beats the
+  family-wise (maxT) within-fact swap null; not reproduced when its upper bound is < 0.60 or no head
+  is significant; otherwise undecided. Without distractors (pairs) it is undecided: the shortcut
+  cannot be excluded. Checks: the interval resamples facts (≥ 20), the head tests are family-wise
+  corrected, the best head is chosen on facts it is not scored on, and the median head is not at the
+  AUROC ceiling (a map where every head decodes the label is a shortcut, not a set of heads).
 * map, "near ceiling like the released LLM maps" (mean S 0.83–0.92 on HaluEval, spec §2.2
   [checked]): the map's mean balanced accuracy (accuracy at a 1:1 class ratio) against the lowest
   released mean, 0.83; reproduced above 0.83 + 0.02, not reproduced below 0.83 − 0.02, undecided
   between.
 * map, "high-S heads attend to the evidence": Spearman(AUROC, evidence attention) over heads (the
-  context-vs-distractor AUROC where there are distractors) with a bootstrap interval over heads; reproduced when the interval is above 0, not reproduced when below,
-  undecided when it holds 0.
+  context-vs-distractor AUROC where there are distractors) with a bootstrap interval over heads;
+  reproduced when the interval is above 0, not reproduced when below, undecided when it holds 0.
 * lineage, "the descendant inherits the base's map": Pearson r of the two S maps against the
   within-layer head permutation null; reproduced when perm p ≤ 0.05. Checks: the descendant moved (1
   − mean cos OV ≥ MIN_DRIFT) or its r sits clearly below the base map's own fold-seed reliability
@@ -91,7 +90,8 @@ def _fmt_head(d: Mapping) -> str:
 def map_verdicts(fm, *, contrast: dict | None = None, label: str = "") -> list:
     """The verdicts of one `FactsTruthMap` (a `truth-scores` world-facts run). contrast: its
     `map_contrast.contrast_summary(fm)[0]` (context answer vs in-context distractor; None without
-    distractors: the heads claim is then undecided). `label` prefixes each claim (e.g. the model)."""
+    distractors: the heads claim is then undecided). `label` prefixes each claim (e.g. the
+    model)."""
     from interplab.probes.stats import spearman_interval
 
     if not fm.has_balanced():
@@ -142,8 +142,9 @@ def map_verdicts(fm, *, contrast: dict | None = None, label: str = "") -> list:
             f"context answer vs in-context distractor: {n_sig} / {n_heads} heads beat the "
             f"family-wise null, {n_lo} with a fact-bootstrap lower bound ≥ {thr:.2f}; best head "
             f"(chosen on {best['n_select']} facts) {_fmt_head(best)} AUROC {best['value']:.3f} "
-            f"[{best['lo']:.3f}, {best['hi']:.3f}] on the other {best['n_score']}; pooled over both "
-            f"wrong answers {ea['n_sig']} heads are significant, but against the memory answer alone "
+            f"[{best['lo']:.3f}, {best['hi']:.3f}] on the other {best['n_score']}; pooled over "
+            f"both wrong answers {ea['n_sig']} heads are significant, but against the memory "
+            f"answer alone "
             f"the mean AUROC is {contrast['mean_auroc_memory']:.3f} (the answer-in-context "
             f"shortcut); {s_part}"
         )

@@ -5,10 +5,10 @@ cannot drift from the runs. Run as a script (`python -m tests.truth_scores.test_
 for the docs."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from interplab.results import load_run
 from interplab.results.runs import shipped_runs
@@ -26,15 +26,13 @@ def _fmt_layers(layers: list[int]) -> str:
 
 def map_runs() -> dict[str, Path]:
     """{"SmolLM2-135M-Instruct" | "Gemma-3-270M": run folder} of the shipped world-facts maps with distractors."""
-    out = {}
+    names = {"truth-scores-smollm2": "SmolLM2-135M-Instruct", "truth-scores-gemma3": "Gemma-3-270M"}
+    found = {}
     for d in shipped_runs("truth-scores"):
-        if not (d / "facts_map").exists() or not (d / "validity").exists():
-            continue
-        name = {"truth-scores-smollm2": "SmolLM2-135M-Instruct", "truth-scores-gemma3": "Gemma-3-270M"}.get(
-            d.parent.name)
-        if name:
-            out[name] = d
-    return out
+        if (d / "facts_map").exists() and (d / "validity").exists() and d.parent.name in names:
+            found[names[d.parent.name]] = d
+    # the docs' tables list SmolLM2 first
+    return {n: found[n] for n in names.values() if n in found}
 
 
 def _summary(d: Path) -> dict:
@@ -60,14 +58,31 @@ def map_rows() -> list[str]:
                       f"{_fmt_layers(s['sig_layers_auroc'])} | {s['rho_auroc_evidence']:.2f} | "
                       f"{s['stability']['r_min']:.3f} / {s['stability_auroc']['r_min']:.3f} | "
                       f"{sh['S']['r_full']:.3f} / {sh['auroc']['r_full']:.3f} |")
-    return s_rows + b_rows
+    c_rows = []
+    for name, d in map_runs().items():
+        c = load_run(d).json("contrast")
+        b = c["best_held_out"]
+        n_heads = len(c["auroc_map"]) * len(c["auroc_map"][0])
+        top = c["top"]
+        c_rows.append(f"| {name} | {c['mean_auroc']:.3f} | {c['mean_auroc_memory']:.3f} | "
+                      f"{c['null_max_threshold']:.3f} | {c['n_sig_maxt']} / {n_heads} | "
+                      f"{c['n_sig_lo_margin']} | L{top['layer']}H{top['head']} {top['auroc']:.3f} "
+                      f"[{top['lo']:.3f}, {top['hi']:.3f}] | L{b['layer']}H{b['head']} "
+                      f"{b['value']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] | "
+                      f"{_fmt_layers(c['sig_layers'])} |")
+    return s_rows + b_rows + c_rows
 
 
 def per_layer_rows(name: str = "SmolLM2-135M-Instruct") -> list[str]:
-    """Significant heads per layer, maxT on S and on AUROC."""
-    fm = load_run(map_runs()[name]).result("facts_map")
+    """Significant heads per layer (maxT): on S, on the pooled AUROC and on the context answer
+    against the in-context distractor."""
+    run = load_run(map_runs()[name])
+    fm = run.result("facts_map")
     return ["| S | " + " | ".join(str(int(v)) for v in fm.significant("maxt", "S").sum(1)) + " |",
-            "| AUROC | " + " | ".join(str(int(v)) for v in fm.significant("maxt", "auroc").sum(1)) + " |"]
+            "| AUROC, pooled | "
+            + " | ".join(str(int(v)) for v in fm.significant("maxt", "auroc").sum(1)) + " |",
+            "| AUROC, context vs distractor | "
+            + " | ".join(str(v) for v in run.json("contrast")["sig_per_layer"]) + " |"]
 
 
 def gating_run() -> Path | None:
@@ -103,16 +118,31 @@ def test_docs_quote_the_world_facts_maps():
     # the numbers the prose quotes
     smol = _summary(runs["SmolLM2-135M-Instruct"])
     flat = " ".join(doc.split())      # prose is wrapped: compare with single spaces
-    quoted = [f"{smol['n_sig_maxt']} heads that beat the family-wise null on S",
-              f"{smol['effects']['S']['n_sig_at_majority']} sit exactly at the majority rate",
-              f"median S of the significant heads {_median_sig_S(runs['SmolLM2-135M-Instruct']):.3f}"]
+    sig_S = _sig_S(runs["SmolLM2-135M-Instruct"])
+    es = smol["effects"]["S"]
+    cons = {n: load_run(d).json("contrast") for n, d in runs.items()}
+    sm = cons["SmolLM2-135M-Instruct"]
+    quoted = [(f"Of the {smol['n_sig_maxt']} heads that beat the family-wise null on S, "
+               f"{int((sig_S < 0.70).sum())} of them have S below 0.70 and only "
+               f"{es['n_sig_S_margin']} clear"),
+              (f"{es['n_sig_at_majority']} sit exactly at the majority rate (the maxT threshold, "
+               f"{smol['null_max_threshold']:.3f}, lies above it)"),
+              f"median S of the significant heads {np.median(sig_S):.3f}",
+              (f"all but {es['n_sig'] - es['n_sig_auroc_lo_margin']} of them "
+               f"({es['n_sig_auroc_lo_margin']}) have a fact-bootstrap lower bound ≥ 0.60"),
+              f"(mean balanced accuracy {smol['mean_balanced_accuracy']:.3f})",
+              (f"mean AUROC of {sm['mean_auroc_memory']:.3f} (SmolLM2) and "
+               f"{cons['Gemma-3-270M']['mean_auroc_memory']:.3f} (Gemma)"),
+              f"Layers 0–2 hold {sum(sm['sig_per_layer'][:3])} significant heads",
+              f"scores {sm['best_held_out']['value']:.3f} on facts it was not chosen on"]
     for q in quoted:
         assert " ".join(q.split()) in flat, f"docs/truth_scores.md does not quote {q!r}"
 
 
-def _median_sig_S(d: Path) -> float:
+def _sig_S(d: Path) -> np.ndarray:
+    """S of the heads that beat the family-wise null on S."""
     fm = load_run(d).result("facts_map")
-    return float(np.median(fm.scores.scores[fm.significant("maxt", "S")]))
+    return fm.scores.scores[fm.significant("maxt", "S")]
 
 
 def test_docs_quote_the_gating_run():
@@ -153,17 +183,45 @@ def test_docs_quote_the_lineage_run():
     for line in lineage_rows():
         assert line in doc, line
     assert_claim_table(doc_section("truth_scores.md"), lineage_run())
+    # the prose: the descendant's drift report and the last layers' within-layer r
+    drift = json.loads((lineage_run().parent / "descendant-drift" / "drift.json").read_text())
+    pl = load_run(lineage_run()).result("lineage").per_layer["descendant"]
+    kp, kf = drift["kl_pydoc_heldout"], drift["kl_world_facts"]
+    flat = " ".join(doc.split())
+    moved = f"{drift['weights']['global_rel_change']:.2%}".replace("%", " %")
+    for q in (f"the weights moved by {moved}",
+              (f"{kp['mean_kl']:.3f} nats on {kp['n_texts']} held-out pydoc windows "
+               f"(cross-entropy {kp['ce_base']:.3f} → {kp['ce_desc']:.3f}"),
+              f"{kf['mean_kl']:.3f} nats on the {kf['n_texts']:,} world-fact texts",
+              f"({kf['ce_base']:.3f} → {kf['ce_desc']:.3f}",
+              "it falls to " + ", ".join(f"L{i} {pl[i]:.2f}" for i in range(len(pl) - 3, len(pl)))):
+        assert q in flat, f"docs/truth_scores.md does not quote {q!r}"
 
 
-def test_readme_quotes_the_smollm2_runs():
-    tri = load_run(map_runs()["SmolLM2-135M-Instruct"]).json("summary")
+def test_readme_quotes_the_smollm2_maps_and_lineage():
+    run = load_run(map_runs()["SmolLM2-135M-Instruct"])
+    tri, c = run.json("summary"), run.json("contrast")
+    b = c["best_held_out"]
+    g = load_run(map_runs()["Gemma-3-270M"]).json("contrast")["best_held_out"]
+    lin = load_run(lineage_run()).result("lineage")
+    flat = " ".join((ROOT / "README.md").read_text().split())
+    for q in (f"{tri['n_facts']} counterfactual world facts",
+              f"{c['n_sig_maxt']} of {tri['n_heads']} heads",
+              (f"best head L{b['layer']}H{b['head']}, chosen on half of the facts, AUROC "
+               f"{b['value']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] on the other half"),
+              f"(Gemma-3-270M: L{g['layer']}H{g['head']}, {g['value']:.3f})",
+              f"mean balanced accuracy {tri['mean_balanced_accuracy']:.3f}",
+              f"r {lin.lineage.iloc[0]['pearson']:.3f}",
+              f"fold-seed reliability {lin.reliability['fold_seed_r_min']:.3f}",
+              f"weights moved {lin.drift['global_rel_change']:.1%}".replace("%", " %")):
+        assert q in flat, f"README.md does not quote {q!r}"
+
+
+def test_readme_quotes_the_gating_run():
     res = load_run(gating_run()).result("facts_gating")
     d = res.diff.set_index("readout").loc["forced_choice"]
     flat = " ".join((ROOT / "README.md").read_text().split())
-    t = tri["top_head"]
-    for q in (f"{tri['n_facts']} counterfactual world facts", f"{tri['n_sig_maxt']} of {tri['n_heads']} heads",
-              f"best L{t['layer']}H{t['head']}, S {t['S']:.3f}",
-              f"(forced choice {d['gated_minus_ungated']:+.3f}".replace("-", "−"),
+    for q in (f"(forced choice {d['gated_minus_ungated']:+.3f}".replace("-", "−"),
               f"p = {res.summary()['p_gated_vs_null']:.3f} against {res.summary()['n_maps']} shuffled maps"):
         assert q in flat, f"README.md does not quote {q!r}"
 

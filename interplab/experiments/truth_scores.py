@@ -93,6 +93,8 @@ class TruthScoresExpConfig(ProbeRecipe):
                                                               "context vs memory pairs only"})
     n_null: int = field(default=200, metadata={"help": "world-facts only: label-permutation null maps"})
     alpha: float = field(default=0.05, metadata={"help": "world-facts only: significance level (maxT and BH)"})
+    n_boot: int = field(default=1000, metadata={"help": "world-facts only: fact resamples of the per-head "
+                                                        "intervals and of the held-out best head"})
     figure_formats: list[str] = _formats()
 
 
@@ -104,6 +106,7 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
     """The map on counterfactual world facts with its label-permutation null (issue 27 §1; spec truth_scores.md
     §9)."""
     from interplab.probes.truth.facts_map import fact_probe_rows, facts_truth_map
+    from interplab.probes.truth.map_verdicts import map_verdicts
     from interplab.probes.truth.scores import TruthScoresConfig
 
     model = _load(cfg.model, cfg.backend)
@@ -112,14 +115,24 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
         items = items[:cfg.n_facts]
     recipe = TruthScoresConfig(**cfg.probe_kwargs())
     res = facts_truth_map(model, fact_probe_rows(model, items, seed=cfg.data_seed), config=recipe,
-                          n_null=cfg.n_null, alpha=cfg.alpha)
+                          n_null=cfg.n_null, alpha=cfg.alpha, n_boot=cfg.n_boot)
     run.save_result("facts_map", res)
     run.save_json("summary", {"model": cfg.model, "data": WORLD_FACTS, "known": cfg.known,
                               "distractors": cfg.distractors, **res.summary()})
+    if cfg.n_boot:      # the verdicts read the fact-bootstrap intervals
+        contrast = facts_contrast(res, n_boot=cfg.n_boot)
+        if contrast is not None:
+            run.save_json("contrast", contrast[0])
+            run.save_table("contrast", contrast[1])
+        _save_validity(run, map_verdicts(res, contrast=None if contrast is None else contrast[0]))
     run.save_table("scores", res.to_frame())
     run.save_table("per_layer", res.per_layer())
     fmts = cfg.figure_formats
     save_figure(run, "heatmap", F.score_heatmap(res.scores), fmts)
+    from interplab.probes.truth.scores import TruthScores
+
+    save_figure(run, "heatmap_auroc", F.score_heatmap(TruthScores.from_array(res.scores.auroc, model=cfg.model),
+                                                      title=f"Held-out AUROC (chance 0.5): {cfg.model}"), fmts)
     save_figure(run, "significant_per_layer", F.significant_heads_per_layer(res.per_layer()), fmts)
     top = res.top_head()
     save_figure(run, "null_max", F.null_histogram(res.null_maps.reshape(res.n_null, -1).max(1), top["S"],
@@ -127,6 +140,24 @@ def _facts_scores(cfg: TruthScoresExpConfig, run) -> None:
                                                   title="Label-permutation null: each null map's best head"), fmts)
     rho = res.rho_evidence()
     save_figure(run, "evidence_scatter", F.evidence_scatter(res.scores, res.evidence_mass, rho=rho), fmts)
+
+
+def facts_contrast(res, *, n_boot: int = 1000, n_swaps: int = 1000):
+    """(summary, per-head table) of the context answer against the in-context distractor
+    (`map_contrast.contrast_summary`), or None for a map without distractors."""
+    from interplab.probes.truth.map_contrast import contrast_summary
+
+    if "distractor" not in set(res.rows.get("candidate_kind", [])):
+        return None
+    return contrast_summary(res, "distractor", n_swaps=n_swaps, n_boot=n_boot)
+
+
+def _save_validity(run, verdicts) -> None:
+    """The run's verdicts and their checks (`interplab runs show` prints them; the app shows them beside the
+    numbers)."""
+    from interplab.probes.validity import VALIDITY_RESULT, ValidityReport
+
+    run.save_result(VALIDITY_RESULT, ValidityReport.of(verdicts))
 
 
 def _known_items(cfg, model) -> list[dict]:
@@ -243,6 +274,11 @@ def lineage_experiment(cfg: LineageExpConfig, run) -> None:
                         n_null=cfg.n_null)
     run.save_result("lineage", res)
     run.save_json("summary", res.summary())
+    if res.reliability:          # world facts: the base map's reliability and the descendant's drift are known
+        from interplab.probes.truth.map_verdicts import lineage_verdicts
+
+        _save_validity(run, lineage_verdicts(res))
+        run.save_table("weight_drift", res.weight_drift)
     fmts = cfg.figure_formats
     for role, org in res.organisms().items():
         run.save_table(f"scores_{role}", org.scores.to_frame())

@@ -276,7 +276,22 @@ if facts is not None:
     c2.metric("significant heads (maxT)", f"{summ['n_sig_maxt']} / {summ['n_heads']}")
     c3.metric("significant heads (BH)", summ["n_sig_bh"])
     c4.metric(f"top head L{top['layer']}H{top['head']}", f"{top['S']:.3f}",
-              help=f"95% Wilson interval {top['lo']:.3f}-{top['hi']:.3f} over {top['n']} held-out texts")
+              help=f"95% interval {top['lo']:.3f}-{top['hi']:.3f} over {top['n']} "
+                   + ("facts (bootstrap, the fact is the unit)" if top.get("unit") == "fact" else
+                      "held-out texts (Wilson; this run predates fact-level intervals)"))
+    if facts.has_balanced():   # runs since issue 46: the balanced metric beside S
+        eff, best = summ["effects"], summ["best_held_out"]
+        c1, c2, c3, c4 = st.columns(4)
+        c1.metric("S's chance level (majority rate)", f"{summ['majority_rate']:.3f}",
+                  help="S is accuracy at the data's class ratio: always answering 'wrong' scores this")
+        c2.metric("mean AUROC (chance 0.5)", f"{summ['mean_auroc']:.3f}")
+        c3.metric("significant on AUROC (maxT)", f"{summ['n_sig_maxt_auroc']} / {summ['n_heads']}",
+                  help=f"{eff['auroc']['n_sig_auroc_lo_margin']} of them with a fact-bootstrap lower bound "
+                       f"≥ {0.5 + eff['auroc']['auroc_margin']:.2f}; on S {eff['S']['n_sig']} significant, "
+                       f"{eff['S']['n_sig_S_margin']} ≥ majority + {eff['S']['S_margin']:.2f}")
+        c4.metric(f"best head, held out: L{best['layer']}H{best['head']}", f"{best['value']:.3f}",
+                  help=f"AUROC on {best['n_score']} facts it was not chosen on, 95% interval "
+                       f"{best['lo']:.3f}-{best['hi']:.3f}")
     st.caption(f"{facts.model}: null maps {summ['n_null']} (their best head's S, median "
                f"{summ['null_max_median']:.3f}; a head must beat {summ['null_max_threshold']:.3f}); fold-seed "
                f"stability: r ≥ {summ['stability']['r_min']:.3f}.")

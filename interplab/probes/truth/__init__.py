@@ -9,6 +9,10 @@ weight preservation, evidence attention and the gating sweep. Spec: docs/truth_s
     analysis    evidence_summary, gating_sweep, verification_accuracy, head_ablation_effects
     studies     released_lineage, score_organism, lineage_study, gating_study and their typed results
     directions  truth_probe_directions: a head probe's weight written through W_O as a residual direction
+    facts_map   the map on counterfactual world facts with its label-permutation null (real models)
+    map_stats   the balanced metric's statistics with the fact as the unit (intervals, held-out best head, effects)
+    map_verdicts  the map and lineage verdicts with their validity checks (issue 46)
+    drift       how far a descendant moved from its base (weights, next-token KL)
 """
 from interplab.probes.truth.analysis import (binomial_ci, evidence_summary, gating_sweep, head_ablation_effects,
                                              verification_accuracy)

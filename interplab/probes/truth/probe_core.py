@@ -4,7 +4,9 @@ as one batched tensor program.
 Recipe (TruthProbe `probing/probe_*_series.py`, spec truth_scores.md §2.2): per fold, fresh zero-initialised
 W [L,H,D] and B [L,H]; logit_{i,l,h} = <X_{i,l,h}, W_{l,h}> + B_{l,h}; BCE-with-logits averaged over (batch, L, H);
 one AdamW (lr 1e-2, wd 1e-3, default betas/eps); 200 epochs of mini-batches of 512 in fold order (no reshuffle);
-prediction 1[sigma(logit) > 0.5]; S_{l,h} = mean over folds of held-out accuracy.
+prediction 1[sigma(logit) > 0.5]; S_{l,h} = mean over folds of held-out accuracy. Beside accuracy every fit also
+returns the held-out ROC AUC of the margins and the balanced accuracy (both 0.5 at chance for any class ratio, where
+accuracy's chance is the majority rate) and each row's held-out margin.
 
 Here every (fold, layer, head) probe is one column of a batched matmul: X is laid out [L*H, N, D] and [L*H, D, N], the weights
 [L*H, F, D], and each step is two `bmm`s plus an elementwise AdamW update written out explicitly (identical to
@@ -96,6 +98,9 @@ class ProbeFit:
     loss_curve: np.ndarray       # [n_steps] mean training loss over (folds, L, H) before each step
     weights: torch.Tensor | None = None  # [F, L, H, D] when return_weights
     bias: torch.Tensor | None = None     # [F, L, H]
+    auroc: np.ndarray | None = None              # [F, L, H] held-out ROC AUC of the margins (NaN: one class)
+    balanced_accuracy: np.ndarray | None = None  # [F, L, H] mean of held-out TPR and TNR (NaN: one class)
+    heldout_margin: np.ndarray | None = None     # [N, L, H] float32: each row's margin in the fold holding it out
 
 
 def _batch_plan(folds, batch_size: int, n: int):
@@ -166,26 +171,55 @@ def _train_chunk(Xn, batch_plan, sign_all, y_np, val, loss_scale, epochs, lr, we
                     v.copy_(torch.where(active, newv, v))
 
     z = torch.baddbmm(B, W, Xn.transpose(1, 2))              # [LH, F, N]
-    acc, prec, rec, f1, n_val = _held_out_metrics(z, y_np, val)
-    return W, B, acc, prec, rec, f1, n_val, torch.stack(losses)
+    return (W, B, *_held_out_metrics(z, y_np, val), torch.stack(losses))
+
+
+def _held_out_auroc(z, yb, val):
+    """[LH, F] ROC AUC of the held-out margins z [LH, F, N] (labels yb [N] bool, val [F, N]): P(margin of a
+    positive > margin of a negative) + ½ P(tie), by sorted search (n log n); NaN in a fold without both classes.
+    Threshold-free and 0.5 for an uninformative probe at any class ratio."""
+    LH, F, _ = z.shape
+    out = torch.full((LH, F), float("nan"), dtype=torch.float64, device=z.device)
+    for f in range(F):
+        pos, neg = val[f] & yb, val[f] & ~yb
+        n_pos, n_neg = int(pos.sum()), int(neg.sum())
+        if n_pos == 0 or n_neg == 0:
+            continue
+        zn = z[:, f, neg].sort(-1).values.contiguous()
+        zp = z[:, f, pos].contiguous()
+        below = torch.searchsorted(zn, zp, right=False) + torch.searchsorted(zn, zp, right=True)  # 2·lt + ties
+        out[:, f] = below.sum(-1).to(torch.float64) / (2.0 * n_pos * n_neg)
+    return out
 
 
 def _held_out_metrics(z, y_np, val):
-    """Accuracy, precision, recall, F1 ([LH, F] each) and n_val [1, F] of margins z [LH, F, N] on the held-out rows."""
+    """Accuracy, precision, recall, F1, n_val [1, F], balanced accuracy, ROC AUC ([LH, F] each unless noted) of
+    margins z [LH, F, N] on the held-out rows, and each row's held-out margin [LH, N] (mean over the folds that hold
+    it out; NaN for a row no fold holds out)."""
     device = z.device
     pred = z > 0                                              # == sigmoid(z) > 0.5, exactly symmetric under flips
-    yb = torch.as_tensor(y_np, device=device).bool()[None, None, :]
-    val = val[None]
-    n_val = val.sum(2).to(torch.float64)                      # [1, F]
-    correct = ((pred == yb) & val).sum(2).to(torch.float64)   # [LH, F]
-    tp = (pred & yb & val).sum(2).to(torch.float64)
-    pp = (pred & val).sum(2).to(torch.float64)
-    ap = (yb & val).sum(2).to(torch.float64)
+    y1 = torch.as_tensor(y_np, device=device).bool()
+    yb = y1[None, None, :]
+    val3 = val[None]
+    n_val = val3.sum(2).to(torch.float64)                     # [1, F]
+    correct = ((pred == yb) & val3).sum(2).to(torch.float64)  # [LH, F]
+    tp = (pred & yb & val3).sum(2).to(torch.float64)
+    tn = (~pred & ~yb & val3).sum(2).to(torch.float64)
+    pp = (pred & val3).sum(2).to(torch.float64)
+    ap = (yb & val3).sum(2).to(torch.float64)
+    an = (~yb & val3).sum(2).to(torch.float64)
     acc = correct / n_val
     prec = torch.where(pp > 0, tp / pp.clamp(min=1), torch.zeros_like(tp))
     rec = torch.where(ap > 0, tp / ap.clamp(min=1), torch.zeros_like(tp))
     f1 = torch.where(prec + rec > 0, 2 * prec * rec / (prec + rec).clamp(min=1e-300), torch.zeros_like(tp))
-    return acc, prec, rec, f1, n_val
+    nan = torch.full_like(tp, float("nan"))
+    bal = torch.where((ap > 0) & (an > 0), (tp / ap.clamp(min=1) + tn / an.clamp(min=1)) / 2, nan)
+    auc = _held_out_auroc(z, y1, val)
+    held = val.to(z.dtype)                                    # [F, N]
+    cnt = held.sum(0)
+    margin = (z * held[None]).sum(1) / cnt.clamp(min=1)       # [LH, N]
+    margin = torch.where(cnt[None] > 0, margin, torch.full_like(margin, float("nan")))
+    return acc, prec, rec, f1, n_val, bal, auc, margin
 
 
 def _lbfgs_chunk(Xn, y_np, val, C, tol, max_iter):
@@ -194,10 +228,9 @@ def _lbfgs_chunk(Xn, y_np, val, C, tol, max_iter):
 
     y_t = torch.as_tensor(y_np, device=Xn.device)
     theta, z, n_iter = lbfgs_logistic(Xn, y_t, ~val, C=C, tol=tol, max_iter=max_iter)
-    acc, prec, rec, f1, n_val = _held_out_metrics(z, y_np, val)
     W = theta[..., :-1].contiguous()
     B = theta[..., -1:].contiguous()
-    return W, B, acc, prec, rec, f1, n_val, n_iter.to(Xn.dtype).max().reshape(1)
+    return (W, B, *_held_out_metrics(z, y_np, val), n_iter.to(Xn.dtype).max().reshape(1))
 
 
 def fit_head_probes(X, y, *, folds: int | Sequence = 5, fold_kind: str = "kfold", epochs: int = 200,
@@ -264,10 +297,11 @@ def fit_head_probes(X, y, *, folds: int | Sequence = 5, fold_kind: str = "kfold"
     B = torch.cat([r[1] for r in results])
     acc, prec, rec, f1 = (torch.cat([r[i] for r in results]) for i in range(2, 6))
     n_val = results[0][6]
+    bal, auc, margin = (torch.cat([r[i] for r in results]) for i in range(7, 10))
     if solver == "lbfgs":
-        losses = torch.stack([r[7] for r in results]).amax(0)
+        losses = torch.stack([r[10] for r in results]).amax(0)
     else:
-        losses = torch.stack([r[7] for r in results]).sum(0)
+        losses = torch.stack([r[10] for r in results]).sum(0)
 
     def fl(a):  # [LH, F] -> [F, L, H]
         return a.T.reshape(F, L, H).cpu().numpy()
@@ -277,4 +311,6 @@ def fit_head_probes(X, y, *, folds: int | Sequence = 5, fold_kind: str = "kfold"
         n_val=n_val[0].cpu().numpy().astype(int), folds=splits, loss_curve=losses.cpu().numpy(),
         weights=W.transpose(0, 1).reshape(F, L, H, D).cpu() if return_weights else None,
         bias=B[:, :, 0].T.reshape(F, L, H).cpu() if return_weights else None,
+        auroc=fl(auc), balanced_accuracy=fl(bal),
+        heldout_margin=margin.T.reshape(N, L, H).to(torch.float32).cpu().numpy(),
     )

@@ -103,6 +103,11 @@ class TruthScores(Result):
     model: model name or path; n_samples, n_positive: dataset size and number of gold labels.
     provenance: free-form record (data source, recipe, timings, ...).
     loss_curve: mean training loss per optimisation step (may be empty).
+    fold_auroc / fold_balanced_accuracy: [folds, n_layers, n_heads] held-out ROC AUC of the probe's margins and
+        balanced accuracy (mean of TPR and TNR); both are 0.5 for an uninformative probe at any class ratio, where
+        accuracy's chance level is the majority rate (NaN: not computed, e.g. released maps).
+    heldout_margin: [N, n_layers, n_heads] each row's probe margin in the fold that held it out (float32; empty when
+        not kept), so intervals can resample the data's own unit (`facts_map`: the fact).
     """
 
     scores: np.ndarray
@@ -117,12 +122,24 @@ class TruthScores(Result):
     n_positive: int = 0
     provenance: dict = field(default_factory=dict)
     loss_curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    fold_auroc: np.ndarray | None = None
+    fold_balanced_accuracy: np.ndarray | None = None
+    heldout_margin: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
 
     def __post_init__(self):
         self.scores = np.asarray(self.scores, dtype=np.float64)
         if self.scores.ndim != 2:
             raise ShapeError(f"scores must be [n_layers, n_heads], got shape {self.scores.shape}")
-        for name in ("fold_accuracy", "fold_precision", "fold_recall", "fold_f1"):
+        for name in ("fold_auroc", "fold_balanced_accuracy"):   # older saved maps have neither
+            if getattr(self, name) is None:
+                setattr(self, name, np.full(np.shape(self.fold_accuracy), np.nan))
+        m = np.asarray(self.heldout_margin, dtype=np.float32)
+        if m.size and (m.ndim != 3 or m.shape[1:] != self.scores.shape):
+            raise ShapeError(f"heldout_margin must be [N, {self.scores.shape[0]}, {self.scores.shape[1]}], got "
+                             f"{m.shape}")
+        self.heldout_margin = m
+        for name in ("fold_accuracy", "fold_precision", "fold_recall", "fold_f1", "fold_auroc",
+                     "fold_balanced_accuracy"):
             arr = np.asarray(getattr(self, name), dtype=np.float64)
             if arr.ndim != 3 or arr.shape[1:] != self.scores.shape:
                 raise ShapeError(f"{name} must be [folds, {self.scores.shape[0]}, {self.scores.shape[1]}], "
@@ -150,6 +167,23 @@ class TruthScores(Result):
     @property
     def f1(self) -> np.ndarray:
         return self.fold_f1.mean(0)
+
+    @property
+    def auroc(self) -> np.ndarray:
+        """[L, H] mean over folds of the held-out ROC AUC (chance 0.5 at any class ratio; NaN where not computed)."""
+        return _fold_mean(self.fold_auroc)
+
+    @property
+    def balanced_accuracy(self) -> np.ndarray:
+        """[L, H] mean over folds of the held-out balanced accuracy (chance 0.5; NaN where not computed)."""
+        return _fold_mean(self.fold_balanced_accuracy)
+
+    @property
+    def majority_rate(self) -> float:
+        """Accuracy's chance level: the share of the larger class (NaN without labels)."""
+        if not self.n_samples:
+            return float("nan")
+        return max(self.n_positive, self.n_samples - self.n_positive) / self.n_samples
 
     @property
     def fold_std(self) -> np.ndarray:
@@ -185,6 +219,7 @@ class TruthScores(Result):
         L, H = self.scores.shape
         layer, head = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
         data = {"layer": layer.ravel(), "head": head.ravel(), "score": self.scores.ravel(),
+                "auroc": self.auroc.ravel(), "balanced_accuracy": self.balanced_accuracy.ravel(),
                 "fold_std": self.fold_std.ravel(), "rank": self.rank().ravel(),
                 "precision": self.precision.ravel(), "recall": self.recall.ravel(), "f1": self.f1.ravel()}
         for f in range(self.fold_accuracy.shape[0]):
@@ -259,7 +294,17 @@ def truth_scores_from_activations(X, y, config: TruthScoresConfig | None = None,
     prov.update(provenance or {})
     return TruthScores(scores=fit.accuracy.mean(0), fold_accuracy=fit.accuracy, fold_precision=fit.precision,
                        fold_recall=fit.recall, fold_f1=fit.f1, n_val=fit.n_val, config=cfg, model=model,
-                       n_samples=int(len(y)), n_positive=int(np.sum(y)), provenance=prov, loss_curve=fit.loss_curve)
+                       n_samples=int(len(y)), n_positive=int(np.sum(y)), provenance=prov, loss_curve=fit.loss_curve,
+                       fold_auroc=fit.auroc, fold_balanced_accuracy=fit.balanced_accuracy,
+                       heldout_margin=fit.heldout_margin)
+
+
+def _fold_mean(a: np.ndarray) -> np.ndarray:
+    """Mean over the folds axis ignoring NaN folds (a fold without both classes); NaN where every fold is NaN."""
+    a = np.asarray(a, dtype=np.float64)
+    ok = np.isfinite(a)
+    n = ok.sum(0)
+    return np.divide(np.where(ok, a, 0.0).sum(0), n, out=np.full(a.shape[1:], np.nan), where=n > 0)
 
 
 # ----------------------------------------------------------------------------------------------------------

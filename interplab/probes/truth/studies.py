@@ -175,7 +175,13 @@ class LineageStudy(Result):
     lineage: one row per pair ("base↔descendant", "base↔control") with `lineage_correlation`'s statistics.
     nulls / per_layer: role -> the pair's permutation null / within-layer Pearson r.
     weights_<role>: `weight_preservation(base, role)`; weight_summary: per pair, Spearman of each weight similarity
-    with -|ΔS| (rho_*) and the mean of each cosine (mean_*)."""
+    with -|ΔS| (rho_*) and the mean of each cosine (mean_*).
+    reliability: the base map's own re-estimate reliability, the ceiling of r(base, descendant) (world facts only):
+    fold_seed_r_min (other fold seeds, same facts), split_half_r / split_half_full (two halves of the facts, and
+    Spearman-Brown to full length), the same for AUROC maps, r_auroc (base ↔ descendant on AUROC), n_facts.
+    drift: how far the descendant moved: global_rel_change (all matrices), mean_rel_change, one_minus_cos_OV, and
+    kl_facts / ce_base / ce_desc (next-token KL(base || descendant) and cross-entropies on the context-answer probe
+    texts, world facts only). weight_drift: per matrix (`drift.weight_drift`, base → descendant)."""
 
     base: OrganismScores
     descendant: OrganismScores
@@ -186,6 +192,9 @@ class LineageStudy(Result):
     weight_summary: pd.DataFrame
     control: OrganismScores | None = None
     weights_control: pd.DataFrame | None = None
+    reliability: dict = field(default_factory=dict)
+    drift: dict = field(default_factory=dict)
+    weight_drift: pd.DataFrame | None = None
 
     @property
     def roles(self) -> list[str]:
@@ -206,31 +215,68 @@ class LineageStudy(Result):
         return {"r_base_descendant": float(d["pearson"]), "r_base_control": None if c is None else float(c["pearson"]),
                 "inheritance_holds": None if c is None else bool(d["pearson"] > c["pearson"]),
                 "statistics": {r["pair"]: {k: r[k] for k in LINEAGE_STATS}
-                               for r in self.lineage.to_dict("records")}}
+                               for r in self.lineage.to_dict("records")},
+                **({"reliability": self.reliability} if self.reliability else {}),
+                **({"drift": self.drift} if self.drift else {})}
 
     def to_frame(self) -> pd.DataFrame:
         return self.lineage
 
 
 def facts_organism(model, items: Sequence[Mapping], *, name: str = "", recipe: ProbeRecipe | None = None,
-                   data_seed: int = 0, top_k_frac: float = 0.25, n_null: int = 20) -> OrganismScores:
+                   data_seed: int = 0, top_k_frac: float = 0.25, n_null: int = 20, reliability: bool = False,
+                   return_map: bool = False):
     """`score_organism` on counterfactual world facts (`world_facts.counterfactual_items`): the map of
     `facts_truth_map` (grouped folds, `n_null` label-permutation maps kept in the scores' provenance as the
-    family-wise threshold) with its evidence attention."""
+    family-wise threshold) with its evidence attention. reliability: also the maps under two other fold seeds and
+    of two halves of the facts (the map's own reliability). return_map: (OrganismScores, FactsTruthMap)."""
     from interplab.probes.truth.analysis import evidence_summary
     from interplab.probes.truth.facts_map import fact_probe_rows, facts_truth_map
     from interplab.probes.truth.scores import TruthScoresConfig
 
     recipe = recipe or ProbeRecipe()
     fm = facts_truth_map(model, fact_probe_rows(model, items, seed=data_seed),
-                         config=TruthScoresConfig(**recipe.probe_kwargs()), n_null=n_null, fold_seeds=())
+                         config=TruthScoresConfig(**recipe.probe_kwargs()), n_null=n_null,
+                         fold_seeds=(1, 2) if reliability else (), split_half=reliability, n_boot=0)
     summ = fm.summary()
     fm.scores.provenance.update({"data": f"world facts, {len(items)} counterfactual items, seed {data_seed}",
                                  "n_sig_maxt": summ["n_sig_maxt"], "null_max_threshold": summ["null_max_threshold"],
                                  "n_null": n_null})
     groups, rho = evidence_summary(fm.scores, fm.evidence_mass, k_frac=top_k_frac)
-    return OrganismScores(model=name or str(getattr(model, "name", "") or ""), scores=fm.scores,
-                          evidence_mass=fm.evidence_mass, evidence_groups=groups, rho_evidence=rho)
+    org = OrganismScores(model=name or str(getattr(model, "name", "") or ""), scores=fm.scores,
+                         evidence_mass=fm.evidence_mass, evidence_groups=groups, rho_evidence=rho)
+    return (org, fm) if return_map else org
+
+
+def _map_reliability(fm, other_scores) -> dict:
+    """The base map's own reliability (the ceiling of its correlation with a descendant's map) and the AUROC maps'
+    correlation with the descendant's."""
+    sh = fm.split_half()
+    a, b = fm.scores.auroc.ravel(), other_scores.auroc.ravel()
+    ok = np.isfinite(a) & np.isfinite(b)
+    return {"fold_seed_r_min": fm.stability("S")["r_min"], "fold_seed_r_min_auroc": fm.stability("auroc")["r_min"],
+            "split_half_r": sh["S"]["r_half"], "split_half_full": sh["S"]["r_full"],
+            "split_half_r_auroc": sh["auroc"]["r_half"], "split_half_full_auroc": sh["auroc"]["r_full"],
+            "r_auroc": float(np.corrcoef(a[ok], b[ok])[0, 1]) if ok.sum() > 2 else float("nan"),
+            "n_facts": int(fm.rows["index"].nunique()), "n_fold_seeds": int(len(fm.seed_maps))}
+
+
+def _descendant_drift(base, desc, texts: Sequence | None) -> tuple[dict, pd.DataFrame]:
+    """How far `desc` moved from `base`: per-matrix weight drift and, given token-id texts, next-token KL."""
+    from interplab.probes.truth.drift import drift_summary, next_token_kl, weight_drift
+
+    wd = weight_drift(base.hf_model, desc.hf_model)
+    summ = drift_summary(wd)
+    out = {"global_rel_change": summ["global_rel_change"], "mean_rel_change": summ["mean_rel_change"],
+           "per_kind_mean_rel_change": {k: v["mean_rel_change"] for k, v in summ["per_kind"].items()}}
+    if texts:
+        pad = base.tokenizer.pad_token_id if base.tokenizer.pad_token_id is not None else 0
+        kl = next_token_kl(base.hf_model, desc.hf_model, texts, pad_id=pad)
+        w = kl["n_tokens"].to_numpy(float)
+        out.update({"kl_facts": float(np.average(kl["kl"], weights=w)), "n_kl_texts": int(len(kl)),
+                    "ce_base": float(np.average(kl["ce_base"], weights=w)),
+                    "ce_desc": float(np.average(kl["ce_desc"], weights=w))})
+    return out, wd
 
 
 def lineage_study(models: Mapping[str, object], names: Mapping[str, str] | None = None, *,
@@ -245,10 +291,14 @@ def lineage_study(models: Mapping[str, object], names: Mapping[str, str] | None 
     from interplab.probes.truth.weights import WP_COLUMNS, preservation_vs_score_change, weight_preservation
 
     names = dict(names or {})
-    orgs = {}
+    orgs, base_map = {}, None
     for role in [r for r in ("base", "descendant", "control") if r in models]:
         name = names.get(role) or str(getattr(models[role], "name", "") or role)
-        if items is not None:
+        if items is not None and role == "base":
+            orgs[role], base_map = facts_organism(models[role], items, name=name, recipe=recipe, data_seed=data_seed,
+                                                  top_k_frac=top_k_frac, n_null=n_null, reliability=True,
+                                                  return_map=True)
+        elif items is not None:
             orgs[role] = facts_organism(models[role], items, name=name, recipe=recipe, data_seed=data_seed,
                                         top_k_frac=top_k_frac, n_null=n_null)
         else:
@@ -269,10 +319,19 @@ def lineage_study(models: Mapping[str, object], names: Mapping[str, str] | None 
         rho = preservation_vs_score_change(wp, base, other)
         wp_rows.append({"pair": f"base→{role}", **{f"rho_{k}": v for k, v in rho.items()},
                         **{f"mean_{c}": float(wp[c].mean()) for c in WP_COLUMNS}})
+    reliability, drift, wdrift = {}, {}, None
+    if base_map is not None:
+        from interplab.probes.truth.facts_map import fact_probe_rows
+
+        reliability = _map_reliability(base_map, orgs["descendant"].scores)
+        texts = [r["text"] for r in fact_probe_rows(models["base"], items, seed=data_seed) if r["label"] == 1]
+        drift, wdrift = _descendant_drift(models["base"], models["descendant"], texts)
+        drift["one_minus_cos_OV"] = float(1 - weights["descendant"]["cos_OV"].mean())
     return LineageStudy(base=orgs["base"], descendant=orgs["descendant"], control=orgs.get("control"),
                         lineage=pd.DataFrame(rows), nulls=nulls, per_layer=curves,
                         weights_descendant=weights["descendant"], weights_control=weights.get("control"),
-                        weight_summary=pd.DataFrame(wp_rows))
+                        weight_summary=pd.DataFrame(wp_rows), reliability=reliability, drift=drift,
+                        weight_drift=wdrift)
 
 
 # --------------------------------------------------------------------------------------------- gating sweep

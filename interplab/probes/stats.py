@@ -515,3 +515,16 @@ def top_k_overlap(a, b, k: int) -> float:
                          f"{a.size} entries (got {b.size})")
     top = lambda v: set(np.argsort(-v, kind="stable")[:k].tolist())  # noqa: E731
     return len(top(a) & top(b)) / k
+
+
+def sem_halfwidth(values, *, axis: int = -1, z: float = 1.96) -> np.ndarray:
+    """z times the standard error of the mean along `axis` (0 where there is a single unit): the half-width of
+    the normal-approximation interval a figure draws as error bars."""
+    x = np.asarray(values, dtype=np.float64)
+    n = x.shape[axis]
+    if n < 2:
+        return np.zeros(np.delete(np.array(x.shape), axis % x.ndim))
+    return z * x.std(axis=axis, ddof=1) / np.sqrt(n)
+
+
+__all__ += ["sem_halfwidth"]

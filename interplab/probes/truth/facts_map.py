@@ -250,11 +250,12 @@ class FactsTruthMap(Result):
         """How much the map depends on the fold split: Pearson r of the other seeds' maps with this one, and the
         top-10 overlap (metric "S" or "auroc")."""
         s, maps = ((self.scores.scores, self.seed_maps) if metric == "S" else (self.scores.auroc, self.seed_auroc))
+        from interplab.probes.stats import top_k_overlap
+
         s = s.ravel()
-        top = set(np.argsort(-s)[:10].tolist())
         rs = [float(np.corrcoef(s, m.ravel())[0, 1]) if np.ptp(s) and np.ptp(m) else float("nan")
               for m in maps]
-        jac = [len(top & set(np.argsort(-m.ravel())[:10].tolist())) / 10 for m in maps]
+        jac = [top_k_overlap(s, m, min(10, s.size)) for m in maps]
         return {"n_seeds": len(rs), "r_min": min(rs, default=float("nan")), "top10_overlap_min":
                 min(jac, default=float("nan"))}
 

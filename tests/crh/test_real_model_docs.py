@@ -156,8 +156,9 @@ def numbers() -> dict[str, str]:
 
 
 def word_counts(method: str, step: int) -> tuple[int, int, int]:
-    """(replies naming a build word, replies naming a judge word, replies) of one method at one step:
-    the same replies judged with the words that built the vector and with the held-out ones."""
+    """(replies naming a build word, replies naming a judge word, replies) of one method at one
+    step: the same replies judged with the words that built the vector and with the held-out
+    ones."""
     from interplab.probes.crh import TokenSetJudge
     from interplab.results import load_run
 
@@ -201,18 +202,20 @@ def prose_numbers() -> dict[str, str]:
         "ratio": f"achieved / asked = {min(ratio):.2f} for every concept" if f"{min(ratio):.2f}"
         == f"{max(ratio):.2f}" else f"achieved / asked {min(ratio):.2f}–{max(ratio):.2f}",
         "grid": f"{study.trig_concept.config['n_grid']:,}-point grid",
-        "impl3": f"{pt.n_samples} test samples have a non-zero margin M (a concept reply below the top "
-        f"strength at p = 0), and only {two} concepts have two of them: {pt.x.size} within-concept pairs",
+        "impl3": f"{pt.n_samples} test samples have a non-zero margin M (a concept reply below the "
+        f"top strength at p = 0), and only {two} concepts have two of them: {pt.x.size} "
+        "within-concept pairs",
         "transfer": f"({ch['chosen_fluent_concept_rate']:.2f} there, "
         f"{dm.loc[k, 'fluent_concept_rate']:.2f} here)",
-        "build": f"the diffmean replies name a build word in {b2} of {n} at step {k} (a judge word in "
-        f"{j2}) and in {b3} at step {k + 1} ({j3}); the control replies in {ctl} at every step",
+        "build": f"the diffmean replies name a build word in {b2} of {n} at step {k} (a judge word "
+        f"in {j2}) and in {b3} at step {k + 1} ({j3}); the control replies in {ctl} at every step",
         "build_short": f"a build word in {b3} of {n} replies at step {k + 1}",
         "reach": f"at most {dm['fluent_concept_rate'].max():.2f} of replies, at step {best}",
         "last": f"at most {per.max()} of {len(sel[(sel['position'] == 'last')]) // len(per)} "
         "selection replies",
         "gibberish": f"{r3[-1, 0]:.2f} at step 4 against {r3[-1, -1]:.2f} on the axis",
-        "diffmean_gibberish": f"the diffmean replies turn to gibberish ({dm.loc[4, 'gibberish_rate']:.2f})",
+        "diffmean_gibberish": "the diffmean replies turn to gibberish "
+        f"({dm.loc[4, 'gibberish_rate']:.2f})",
         "cos": f"{min(cos):.2f}–{max(cos):.2f} against {min(ccos):.2f}–{max(ccos):.2f}",
     }
 

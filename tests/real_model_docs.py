@@ -33,10 +33,11 @@ def validity_report(run: Path):
 
 
 def assert_claim_table(section: str, *runs: Path) -> None:
-    """Every verdict of the committed runs appears in the doc section as its claim-table row (claim | measured |
-    validity checks | verdict), rendered from the saved report, so the docs cannot drift from the runs."""
+    """Every verdict of the committed runs appears in the doc section as its claim-table row (claim
+    | measured | validity checks | verdict), rendered from the saved report, so the docs cannot
+    drift from the runs."""
     rows = [line for r in runs for line in validity_report(r).markdown().splitlines()[2:]]
     assert rows, f"the runs {[str(r) for r in runs]} carry no verdicts"
     missing = [r for r in rows if r not in section]
-    assert not missing, "claim-table rows missing from the doc (regenerate them from the runs' validity " \
-                        "reports):\n" + "\n".join(missing)
+    assert not missing, ("claim-table rows missing from the doc (regenerate them from the runs' "
+                         "validity reports):\n" + "\n".join(missing))

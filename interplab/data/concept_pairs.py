@@ -14,16 +14,18 @@ concept), so that protocol gives pairs that differ in wording but not in concept
   (`resources/words/nouns.csv` minus every word of the lexicon). The two responses differ only in the slot words,
   so the difference vector is the concept, not length or style.
 
-The concept's words (`resources/crh/concept_lexicon.csv`, 25 of the paper's 100 concepts, hand-compiled from the
-concept's description and the examples in its `instruction`; see SOURCE.md) are split in two (`split_words`, issue
-46): the **build** words fill the with-concept slots, so they make the difference vector, and the **judge** words are
-the judge's token set (`TokenSetJudge`): a steered reply counts as showing the concept when it contains one of them.
-A vector that only re-emits the words it was built from then scores nothing; it has to reach the concept's other
-words. The split rule groups a concept's words into families (`word_families`: inflections, spelling variants and
-words containing one another are one family) and alternates whole families build, judge, build, ... in lexicon order,
-so no judge word is an inflection of a build word. Rows come in the pair-file schema (`concept, question,
-resp_no_concept, resp_with_concept`, + `concept_words` (the judge's), `build_words`, `cid`, `qid`), so they go
-through `interplab.probes.crh.real_data.user_concept_data` like any user pair file.
+The concept's words (`resources/crh/concept_lexicon.csv`, 25 of the paper's 100 concepts,
+hand-compiled from the concept's description and the examples in its `instruction`; see SOURCE.md)
+are split in two (`split_words`, issue 46): the **build** words fill the with-concept slots, so they
+make the difference vector, and the **judge** words are the judge's token set (`TokenSetJudge`): a
+steered reply counts as showing the concept when it contains one of them. A vector that only
+re-emits the words it was built from then scores nothing; it has to reach the concept's other words.
+The split rule groups a concept's words into families (`word_families`: inflections, spelling
+variants and words containing one another are one family) and alternates whole families build,
+judge, build, ... in lexicon order, so no judge word is an inflection of a build word. Rows come in
+the pair-file schema (`concept, question, resp_no_concept, resp_with_concept`, + `concept_words`
+(the judge's), `build_words`, `cid`, `qid`), so they go through
+`interplab.probes.crh.real_data.user_concept_data` like any user pair file.
 """
 from __future__ import annotations
 
@@ -96,7 +98,8 @@ def resolve_concepts(names: Sequence) -> list[LexiconConcept]:
 
 
 def _stem(word: str) -> str:
-    """Case-folded letters and digits of a word (so "<script>" is "script") less one plural ending."""
+    """Case-folded letters and digits of a word (so "<script>" is "script") less one plural
+    ending."""
     s = re.sub(r"[^\w]", "", word.casefold()) or word.casefold()
     if s.endswith("ies") and len(s) > 4:
         return s[:-3] + "y"                                   # trophies -> trophy
@@ -108,8 +111,9 @@ def _stem(word: str) -> str:
 
 
 def _related(a: str, b: str) -> bool:
-    """One family: the same stem, the same first 6 letters (milliliter / millilitre, kilometers / kilometres), or
-    one stem inside the other from 3 letters on (log / logarithm, script / javascript)."""
+    """One family: the same stem, the same first 6 letters (milliliter / millilitre, kilometers /
+    kilometres), or one stem inside the other from 3 letters on (log / logarithm, script /
+    javascript)."""
     x, y = _stem(a), _stem(b)
     if x == y or (min(len(x), len(y)) >= 6 and x[:6] == y[:6]):
         return True
@@ -117,9 +121,9 @@ def _related(a: str, b: str) -> bool:
 
 
 def word_families(words: Sequence[str]) -> list[tuple[str, ...]]:
-    """The words grouped into families (connected components of `_related`), each family and the list in order of
-    first appearance. Two words of one family are one word to a judge: a vector built from "root" that makes the
-    model say "roots" has not reached anything new."""
+    """The words grouped into families (connected components of `_related`), each family and the
+    list in order of first appearance. Two words of one family are one word to a judge: a vector
+    built from "root" that makes the model say "roots" has not reached anything new."""
     ws = list(dict.fromkeys(str(w) for w in words))
     parent = list(range(len(ws)))
 
@@ -139,23 +143,26 @@ def word_families(words: Sequence[str]) -> list[tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class WordSplit:
-    """A concept's words split into those that build its difference vector and those its judge looks for."""
+    """A concept's words split into those that build its difference vector and those its judge
+    looks for."""
 
     build: tuple[str, ...]
     judge: tuple[str, ...]
 
 
 def split_words(words: Sequence[str]) -> WordSplit:
-    """The rule (fixed before any reply was seen): families (`word_families`) in lexicon order alternate build,
-    judge, build, ...; the first family (the lexicon lists the concept's own name first) builds. Needs two
-    families, else no word is left to judge with."""
+    """The rule (fixed before any reply was seen): families (`word_families`) in lexicon order
+    alternate build, judge, build, ...; the first family (the lexicon lists the concept's own name
+    first) builds. Needs two families, else no word is left to judge with."""
     from interplab.core.errors import ConfigError
 
     fams = word_families(words)
     if len(fams) < 2:
-        raise ConfigError(f"the words {list(words)} form one family; a held-out judge needs words of at least two "
-                          "families (add an unrelated word of the concept to the lexicon)")
-    return WordSplit(build=tuple(w for f in fams[0::2] for w in f), judge=tuple(w for f in fams[1::2] for w in f))
+        raise ConfigError(f"the words {list(words)} form one family; a held-out judge needs words "
+                          "of at least two families (add an unrelated word of the concept to the "
+                          "lexicon)")
+    return WordSplit(build=tuple(w for f in fams[0::2] for w in f),
+                     judge=tuple(w for f in fams[1::2] for w in f))
 
 
 def neutral_words() -> tuple[str, ...]:
@@ -172,9 +179,10 @@ def neutral_words() -> tuple[str, ...]:
 def offline_concept_pairs(concepts: Sequence = (), *, n_pairs: int = 30, seed: int = 0,
                           held_out_judge: bool = True) -> list[dict]:
     """`n_pairs` (without, with) rows per concept (keys or ids; empty = all): each concept draws its own questions
-    from the shuffled public facts (seeded by `seed` and the concept id), a frame and slot words per row.
-    held_out_judge: the slots take the concept's build words only and `concept_words` (the judge's) are its judge
-    words (`split_words`); False: every word both builds and judges (the pairs of the issue-28 runs)."""
+    from the shuffled public facts (seeded by `seed` and the concept id), a frame and slot words per
+    row. held_out_judge: the slots take the concept's build words only and `concept_words` (the
+    judge's) are its judge words (`split_words`); False: every word both builds and judges (the
+    pairs of the issue-28 runs)."""
     from interplab.core.errors import ConfigError
     from interplab.data.chat_corpus import fact_turns
     from interplab.data.scoring import surface_tokens
@@ -194,7 +202,8 @@ def offline_concept_pairs(concepts: Sequence = (), *, n_pairs: int = 30, seed: i
         if n_pairs > len(turns):
             raise ConfigError(f"n_pairs={n_pairs} exceeds the {len(turns)} public facts free of {c.key!r} words")
         rows += [{**_pair_row(rng, c.key, c.concept_id, qid, q, a, slot, neutral, split.judge),
-                  "build_words": "|".join(split.build)} for qid, (q, a) in enumerate(turns[:n_pairs])]
+                  "build_words": "|".join(split.build)}
+                 for qid, (q, a) in enumerate(turns[:n_pairs])]
     return rows
 
 

@@ -54,15 +54,17 @@ class CRHToyConfig(ConceptStudyConfig):
     both rows) or 'last_response' (the last response word, as the repo's last token; mixes in token identity, B10);
     vocab_fallback: map toy words onto the model's own vocabulary when they are missing (smoke runs on random
     checkpoints only); fmt: 'auto' (the organism card's data format), 'raw' or 'chat'.
-    Real data (docs/data.md): data=offline: the offline pairs of `interplab.data.concept_pairs` (concepts = lexicon
-    keys or paper ids, empty = all 25; n_train + n_test pairs each); data: a pair file (concept, question, resp_no_concept, resp_with_concept;
-    n_train caps the train pairs per concept); concepts=paper: the paper's 100 concepts (package data; n_concepts
-    caps them) elicited from the model on `questions` (a file of AlpacaEval rows; empty = the hub) with
-    max_new_tokens_pairs-token greedy answers. control (data=offline): also fit the cylinder statistics of
-    that many pseudo-concepts (`concept_pairs.control_pairs`: 8 random nouns each, seeds seed+1, seed+2, ...) at every
-    layer, the empirical null of the geometry (`tables/control_stats.csv`; never steered). held_out_judge
-    (data=offline): the concept's words are split (`concept_pairs.split_words`) into those that build the pairs and
-    those the judge looks for; false = every word both builds and judges (the issue-28 pairs)."""
+    Real data (docs/data.md): data=offline: the offline pairs of `interplab.data.concept_pairs`
+    (concepts = lexicon keys or paper ids, empty = all 25; n_train + n_test pairs each); data: a
+    pair file (concept, question, resp_no_concept, resp_with_concept; n_train caps the train pairs
+    per concept); concepts=paper: the paper's 100 concepts (package data; n_concepts caps them)
+    elicited from the model on `questions` (a file of AlpacaEval rows; empty = the hub) with
+    max_new_tokens_pairs-token greedy answers. control (data=offline): also fit the cylinder
+    statistics of that many pseudo-concepts (`concept_pairs.control_pairs`: 8 random nouns each,
+    seeds seed+1, seed+2, ...) at every layer, the empirical null of the geometry
+    (`tables/control_stats.csv`; never steered). held_out_judge (data=offline): the concept's words
+    are split (`concept_pairs.split_words`) into those that build the pairs and those the judge
+    looks for; false = every word both builds and judges (the issue-28 pairs)."""
 
     model: str = "zoo:toy-chat"
     concepts: list[str] = field(default_factory=list)
@@ -119,18 +121,21 @@ def _concept_data(cfg: CRHToyConfig, model) -> tuple[list, list[str]]:
 
 @dataclass
 class CRHConceptsConfig(CRHToyConfig):
-    """`crh-toy`'s settings with the real-model defaults (issues 28 §1 and 46, docs/crh.md "On a real model"): the
-    offline pairs of 25 paper concepts (`data=offline`, 25 train + 5 test pairs each, held-out judge words) on
-    SmolLM2-135M-Instruct, cylinder statistics at every layer, strengths up to 1.0 × the residual norm at the
-    steering block (4 steps), 3 penalty values, 8 sectors, 20-token replies, every reply scored for fluency.
+    """`crh-toy`'s settings with the real-model defaults (issues 28 §1 and 46, docs/crh.md "On a
+    real model"): the offline pairs of 25 paper concepts (`data=offline`, 25 train + 5 test pairs
+    each, held-out judge words) on SmolLM2-135M-Instruct, cylinder statistics at every layer,
+    strengths up to 1.0 × the residual norm at the steering block (4 steps), 3 penalty values, 8
+    sectors, 20-token replies, every reply scored for fluency.
 
-    select_concepts: that many concepts (a seeded draw, `selection.split_concepts`) choose the read position among
-    `select_positions`, the steering block among `select_layers` and the strength step (`choose_read`: diffmean
-    steering, the highest fluent concept rate); the study scores the other concepts only. 0 = no selection: the
-    study runs at `position` and `steer_layer` on every concept, and the verdicts flag the settings as not held out.
-    control_arm: steer each scored concept's prompts with a pseudo-concept's diffmean at the diffmean's norms (the
-    baselines' `control` method; pseudo-concept i is `control_pairs(seed=seed + 1 + i)`), and read its cylinder at
-    every layer (`tables/control_stats.csv`). The run saves its verdicts as `validity` (`probes.crh.verdicts`)."""
+    select_concepts: that many concepts (a seeded draw, `selection.split_concepts`) choose the read
+    position among `select_positions`, the steering block among `select_layers` and the strength
+    step (`choose_read`: diffmean steering, the highest fluent concept rate); the study scores the
+    other concepts only. 0 = no selection: the study runs at `position` and `steer_layer` on every
+    concept, and the verdicts flag the settings as not held out. control_arm: steer each scored
+    concept's prompts with a pseudo-concept's diffmean at the diffmean's norms (the baselines'
+    `control` method; pseudo-concept i is `control_pairs(seed=seed + 1 + i)`), and read its cylinder
+    at every layer (`tables/control_stats.csv`). The run saves its verdicts as `validity`
+    (`probes.crh.verdicts`)."""
 
     model: str = "real:smollm2-135m-instruct"
     data: str = "offline"
@@ -153,8 +158,9 @@ class CRHConceptsConfig(CRHToyConfig):
 
 
 def _held_out_settings(cfg: CRHConceptsConfig, model, data: list):
-    """(scored concepts with their control pairs, the ReadChoice or None, the study config at the chosen
-    settings): the selection concepts choose the read position, block and step and are then left out."""
+    """(scored concepts with their control pairs, the ReadChoice or None, the study config at the
+    chosen settings): the selection concepts choose the read position, block and step and are then
+    left out."""
     from dataclasses import replace
 
     from interplab.data.concept_pairs import control_pairs
@@ -165,15 +171,16 @@ def _held_out_settings(cfg: CRHConceptsConfig, model, data: list):
     if cfg.select_concepts > 0:
         sel, data = split_concepts(data, cfg.select_concepts, seed=cfg.seed)
         choice = choose_read(model, sel, positions=cfg.select_positions, layers=cfg.select_layers,
-                             lmax=cfg.baseline_lmax, n_strengths=cfg.n_strengths, max_new_tokens=cfg.max_new_tokens,
-                             max_rows=cfg.max_rows, scored=[c.name for c in data])
+                             lmax=cfg.baseline_lmax, n_strengths=cfg.n_strengths,
+                             max_new_tokens=cfg.max_new_tokens, max_rows=cfg.max_rows,
+                             scored=[c.name for c in data])
         cfg = replace(cfg, position=choice.position, steer_layer=choice.layer)
     if cfg.control_arm:
         if cfg.data != "offline":
             from interplab.core.errors import ConfigError
 
-            raise ConfigError("control_arm steers the offline pairs' pseudo-concepts; set data=offline (or "
-                              "control_arm=false)")
+            raise ConfigError("control_arm steers the offline pairs' pseudo-concepts; set "
+                              "data=offline (or control_arm=false)")
         out = []
         for i, c in enumerate(data):
             rows = control_pairs(cfg.n_train + cfg.n_test, seed=cfg.seed + 1 + i)
@@ -302,8 +309,9 @@ def _concept_study(cfg: CRHToyConfig, run) -> None:
 
 
 def _save_verdicts(run, study, choice, es, cfg, summary: dict) -> None:
-    """The run's verdicts (`probes.crh.verdicts`) as `validity`. Without a held-out selection the strength step is
-    the diffmean's best on the scored concepts, recorded as chosen on them (the held-out check then fails)."""
+    """The run's verdicts (`probes.crh.verdicts`) as `validity`. Without a held-out selection the
+    strength step is the diffmean's best on the scored concepts, recorded as chosen on them (the
+    held-out check then fails)."""
     from interplab.probes.crh.selection import in_sample_choice
     from interplab.probes.crh.verdicts import crh_verdicts
     from interplab.probes.validity import ValidityReport

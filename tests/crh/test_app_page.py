@@ -36,6 +36,10 @@ def test_crh_page_model(monkeypatch, tmp_path, checkpoint_factory):
     at.number_input(key="crh_ntrain").set_value(8).run()
     assert not at.exception, at.exception
     assert "crh_model_scene_only__chart" in [c.key for c in at.get("plotly_chart")]
+    # the committed SmolLM2 spiral run opens with its verdict: one prompt pair fails the unit check
+    assert "crh_sp_saved_helix_fixed__chart" in [c.key for c in at.get("plotly_chart")]
+    assert any("Spiral probe" in w.value and "Inconclusive because sampling_units" in w.value
+               for w in at.warning), [w.value for w in at.warning]
     at.button(key="crh_try_go").click().run()
     assert not at.exception, at.exception
     assert len(next(d.value for d in at.dataframe if "condition" in d.value.columns)) == 2
@@ -62,6 +66,9 @@ def test_crh_page_spiral_probe(monkeypatch, tmp_path, checkpoint_factory):
     at.button(key="crh_sp_go").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
+    # the live probe carries the verdict crh-spiral saves: 6 budgets are too few for held-out folds
+    assert any("Spiral probe" in w.value and "not computable" in w.value
+               and "sampling_units" in w.value for w in at.warning), [w.value for w in at.warning]
     keys = [c.key for c in at.get("plotly_chart")]
     assert {"crh_sp_helix_fixed__chart", "crh_sp_helix_faithful__chart", "crh_sp_optim__chart"} <= set(keys), keys
     fits = at.dataframe[-1].value                        # the helix-fit table closes the section

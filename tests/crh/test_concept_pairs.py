@@ -67,8 +67,9 @@ def test_unknown_concept_names_the_keys():
 
 
 def test_the_judge_words_are_held_out_from_the_words_that_build_the_pairs():
-    """Issue 46: every concept keeps words of its own for the judge, in other word families than the build words;
-    the with-concept text names build words only, so the judge sees nothing in either arm of a pair."""
+    """Issue 46: every concept keeps words of its own for the judge, in other word families than the
+    build words; the with-concept text names build words only, so the judge sees nothing in either
+    arm of a pair."""
     from interplab.data.concept_pairs import split_words, word_families
 
     lex = concept_lexicon()
@@ -80,15 +81,16 @@ def test_the_judge_words_are_held_out_from_the_words_that_build_the_pairs():
             assert set(fam) <= set(sp.build) or set(fam) <= set(sp.judge), (key, fam)
         mine = [r for r in rows if r["concept"] == key]
         assert {r["concept_words"] for r in mine} == {"|".join(sp.judge)}
-        judge, build = TokenSetJudge(sp.judge, gibberish=None), TokenSetJudge(sp.build, gibberish=None)
+        judge = TokenSetJudge(sp.judge, gibberish=None)
+        build = TokenSetJudge(sp.build, gibberish=None)
         for r in mine:
             assert judge([r["resp_no_concept"], r["resp_with_concept"]]).tolist() == [1, 1], r
             assert build([r["resp_with_concept"]])[0] == 2, r
     # inflections, spellings and containment are one family; unrelated words are not
-    assert word_families(["root", "roots", "trophy", "trophies", "kilometers", "kilometres", "log", "logarithm",
-                          "script", "<script>", "marsh", "bog"]) == [
-        ("root", "roots"), ("trophy", "trophies"), ("kilometers", "kilometres"), ("log", "logarithm"),
-        ("script", "<script>"), ("marsh",), ("bog",)]
+    assert word_families(["root", "roots", "trophy", "trophies", "kilometers", "kilometres", "log",
+                          "logarithm", "script", "<script>", "marsh", "bog"]) == [
+        ("root", "roots"), ("trophy", "trophies"), ("kilometers", "kilometres"),
+        ("log", "logarithm"), ("script", "<script>"), ("marsh",), ("bog",)]
     # the issue-28 pairs: every word builds and judges
     old = offline_concept_pairs(["wetland"], n_pairs=3, seed=0, held_out_judge=False)
     assert old[0]["concept_words"] == "|".join(lex["wetland"].words)
@@ -104,8 +106,9 @@ def test_one_family_of_words_cannot_be_split():
 
 @pytest.fixture(scope="module")
 def chat_ckpt(tmp_path_factory):
-    """A random Llama checkpoint with a byte-level BPE trained on the pair texts (a word-level test tokenizer would
-    read every English word as <unk>, so both arms of a pair would be the same ids) and the ChatML template."""
+    """A random Llama checkpoint with a byte-level BPE trained on the pair texts (a word-level test
+    tokenizer would read every English word as <unk>, so both arms of a pair would be the same ids)
+    and the ChatML template."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -261,13 +264,15 @@ def test_choose_read_picks_the_best_setting_on_the_selection_concepts_only(chat_
     from interplab.probes.crh.real_data import user_concept_data
     from interplab.probes.crh.selection import choose_read, split_concepts
 
-    data = user_concept_data(offline_concept_pairs(["wetland", "temperature", "price"], n_pairs=6, seed=0),
-                             n_test=2, seed=0, model=chat_model)
+    data = user_concept_data(
+        offline_concept_pairs(["wetland", "temperature", "price"], n_pairs=6, seed=0),
+        n_test=2, seed=0, model=chat_model)
     sel, scored = split_concepts(data, 1, seed=0)
     assert (sel, scored) == split_concepts(data, 1, seed=0) and len(sel) == 1 and len(scored) == 2
     assert not {c.name for c in sel} & {c.name for c in scored}
-    ch = choose_read(chat_model, sel, positions=("last", "mean"), layers=(0, 1), lmax=1.0, n_strengths=2,
-                     max_new_tokens=3, scored=[c.name for c in scored], log=lambda *_: None)
+    ch = choose_read(chat_model, sel, positions=("last", "mean"), layers=(0, 1), lmax=1.0,
+                     n_strengths=2, max_new_tokens=3, scored=[c.name for c in scored],
+                     log=lambda *_: None)
     t = ch.table()
     steered = t[t["step"] > 0]
     assert len(steered) == 2 * 2 * 2 and ch.held_out and set(ch.replies["concept"]) == {sel[0].name}
@@ -281,18 +286,19 @@ def test_choose_read_picks_the_best_setting_on_the_selection_concepts_only(chat_
 
 
 def test_crh_concepts_saves_its_verdicts_and_the_held_out_choice(chat_ckpt, tmp_path):
-    """The experiment end to end on the tiny checkpoint: one concept chooses the settings, two are scored, each
-    with a pseudo-concept control; the run saves its validity report (every verdict inconclusive here: 2 concepts
-    are too few for an interval)."""
+    """The experiment end to end on the tiny checkpoint: one concept chooses the settings, two are
+    scored, each with a pseudo-concept control; the run saves its validity report (every verdict
+    inconclusive here: 2 concepts are too few for an interval)."""
     import json
 
     from interplab.experiments.registry import run_experiment
     from interplab.results import load_run
 
-    path = run_experiment("crh-concepts", {"model": str(chat_ckpt), "concepts": "wetland,temperature,price",
-                                           "n_train": "4", "n_test": "2", "layers": "0,1", "select_layers": "0,1",
-                                           "n_strengths": "2", "n_p": "2", "n_bins": "3", "max_new_tokens": "3",
-                                           "n_perm": "5", "select_concepts": "1"}, root=tmp_path)
+    path = run_experiment("crh-concepts", {
+        "model": str(chat_ckpt), "concepts": "wetland,temperature,price", "n_train": "4",
+        "n_test": "2", "layers": "0,1", "select_layers": "0,1", "n_strengths": "2", "n_p": "2",
+        "n_bins": "3", "max_new_tokens": "3", "n_perm": "5", "select_concepts": "1"},
+        root=tmp_path)
     run = load_run(path)
     report, ch = run.validity(), run.result("read_choice")
     assert set(report.outcomes.values()) == {"inconclusive"} and len(report.outcomes) == 6
@@ -301,7 +307,9 @@ def test_crh_concepts_saves_its_verdicts_and_the_held_out_choice(chat_ckpt, tmp_
     assert set(study.concepts) == set(ch.scored) and study.position == ch.position
     assert all("control" in c.baselines.methods and c.control for c in study.concepts.values())
     ctl = study.concepts[ch.scored[0]].baselines
-    np.testing.assert_allclose(ctl.norms[ctl.methods.index("control")], ctl.norms[ctl.methods.index("diffmean")])
+    np.testing.assert_allclose(ctl.norms[ctl.methods.index("control")],
+                               ctl.norms[ctl.methods.index("diffmean")])
     s = json.loads((path / "json" / "summary.json").read_text())
     assert s["read_choice"]["held_out"] and s["steer_layer"] == ch.layer
-    assert (path / "tables" / "control_stats.csv").exists() and (path / "tables" / "read_selection.csv").exists()
+    assert (path / "tables" / "control_stats.csv").exists()
+    assert (path / "tables" / "read_selection.csv").exists()

@@ -27,11 +27,11 @@ def test_crh_concepts_runs_on_the_real_model(tmp_path):
     from interplab.results.runs import load_run
 
     _require_smollm2()
-    path = run_experiment("crh-concepts", {"model": SMOL, "concepts": "price,temperature,wetland", "n_train": "4",
-                                           "n_test": "2", "layers": "5,10", "n_strengths": "2", "n_p": "2",
-                                           "n_bins": "3", "max_new_tokens": "4", "n_perm": "5",
-                                           "select_concepts": "1", "select_positions": "mean",
-                                           "select_layers": "10"}, root=tmp_path)
+    path = run_experiment("crh-concepts", {
+        "model": SMOL, "concepts": "price,temperature,wetland", "n_train": "4", "n_test": "2",
+        "layers": "5,10", "n_strengths": "2", "n_p": "2", "n_bins": "3", "max_new_tokens": "4",
+        "n_perm": "5", "select_concepts": "1", "select_positions": "mean", "select_layers": "10"},
+        root=tmp_path)
     s = json.loads((path / "json" / "summary.json").read_text())
     assert s["format"] == "chat" and s["data"] == "offline" and s["steer_layer"] == 10
     assert s["read_choice"]["held_out"] and len(s["validity"]) == 6
@@ -39,7 +39,8 @@ def test_crh_concepts_runs_on_the_real_model(tmp_path):
     assert all(u > 20 for u in s["strength_unit"].values())
     study = load_run(path).result("study")
     assert isinstance(study, ConceptStudy) and len(study.concepts) == 2
-    assert set(study.concepts) == set(s["read_choice"]["selection"]) ^ {"price", "temperature", "wetland"}
+    scored = set(s["read_choice"]["selection"]) ^ {"price", "temperature", "wetland"}
+    assert set(study.concepts) == scored
     assert set(study.stats["layer"]) == {5, 10}
     es = pd.read_csv(path / "tables" / "elicitation_summary.csv")
     assert {"unsteered", "diffmean", "pca", "probe", "control", "sector", "sector best",

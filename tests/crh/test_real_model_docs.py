@@ -152,12 +152,28 @@ def numbers() -> dict[str, str]:
         f"control {pl['mean_r2_cs']:.3f} vs LRH line {ln['mean_r2_cs']:.3f}"
     )
     out["spiral_tokens"] = f"{sv['src'][0].lstrip('Ġ')!r} → {sv['dst'][0].lstrip('Ġ')!r}"
+    out["spiral_shape"] = spiral_shape()
     return out
 
 
+def spiral_shape() -> str:
+    """The held-out shape selection of the committed spiral trajectory, as the docs quote it."""
+    from interplab.probes.crh.shape_selection import select_trajectory_shape
+    from interplab.results import load_run
+
+    trajectory = load_run(run_dir(*SPIRAL)).result("spiral").vectors.vectors
+    sel = select_trajectory_shape(trajectory, seed=0)
+    r2 = dict(zip(sel.table["shape"], sel.table["cv_r2"]))
+    g = sel.gains.set_index("comparison").loc["helix-arc"]
+    return (f"held-out R² {r2['helix']:.3f} against {r2['arc']:.3f} for the arc and "
+            f"{r2['line']:.3f} for the line; the helix's gain over the arc {g['gain']:+.4f} "
+            f"[{g['lo']:+.4f}, {g['hi']:+.4f}]")
+
+
 def word_counts(method: str, step: int) -> tuple[int, int, int]:
-    """(replies naming a build word, replies naming a judge word, replies) of one method at one step:
-    the same replies judged with the words that built the vector and with the held-out ones."""
+    """(replies naming a build word, replies naming a judge word, replies) of one method at one
+    step: the same replies judged with the words that built the vector and with the held-out
+    ones."""
     from interplab.probes.crh import TokenSetJudge
     from interplab.results import load_run
 
@@ -201,18 +217,20 @@ def prose_numbers() -> dict[str, str]:
         "ratio": f"achieved / asked = {min(ratio):.2f} for every concept" if f"{min(ratio):.2f}"
         == f"{max(ratio):.2f}" else f"achieved / asked {min(ratio):.2f}–{max(ratio):.2f}",
         "grid": f"{study.trig_concept.config['n_grid']:,}-point grid",
-        "impl3": f"{pt.n_samples} test samples have a non-zero margin M (a concept reply below the top "
-        f"strength at p = 0), and only {two} concepts have two of them: {pt.x.size} within-concept pairs",
+        "impl3": f"{pt.n_samples} test samples have a non-zero margin M (a concept reply below the "
+        f"top strength at p = 0), and only {two} concepts have two of them: {pt.x.size} "
+        "within-concept pairs",
         "transfer": f"({ch['chosen_fluent_concept_rate']:.2f} there, "
         f"{dm.loc[k, 'fluent_concept_rate']:.2f} here)",
-        "build": f"the diffmean replies name a build word in {b2} of {n} at step {k} (a judge word in "
-        f"{j2}) and in {b3} at step {k + 1} ({j3}); the control replies in {ctl} at every step",
+        "build": f"the diffmean replies name a build word in {b2} of {n} at step {k} (a judge word "
+        f"in {j2}) and in {b3} at step {k + 1} ({j3}); the control replies in {ctl} at every step",
         "build_short": f"a build word in {b3} of {n} replies at step {k + 1}",
         "reach": f"at most {dm['fluent_concept_rate'].max():.2f} of replies, at step {best}",
         "last": f"at most {per.max()} of {len(sel[(sel['position'] == 'last')]) // len(per)} "
         "selection replies",
         "gibberish": f"{r3[-1, 0]:.2f} at step 4 against {r3[-1, -1]:.2f} on the axis",
-        "diffmean_gibberish": f"the diffmean replies turn to gibberish ({dm.loc[4, 'gibberish_rate']:.2f})",
+        "diffmean_gibberish": "the diffmean replies turn to gibberish "
+        f"({dm.loc[4, 'gibberish_rate']:.2f})",
         "cos": f"{min(cos):.2f}–{max(cos):.2f} against {min(ccos):.2f}–{max(ccos):.2f}",
     }
 
@@ -276,11 +294,16 @@ def test_runs_were_made_with_the_documented_settings():
     rc = load_run(run_dir(*MAIN)).result("read_choice")  # the decision rule on the saved replies
     assert rc.best() == (ch["position"], ch["layer"], ch["step"])
     assert table(MAIN, "control_stats")["control"].nunique() == 20
+    sp = config(SPIRAL)             # the spiral probe: "30 budgets w = 0.1…3.0, 20 Adam steps each"
+    assert (sp["model"], sp["concept_ori"], sp["concept_tgt"], sp["layer"]) == (
+        "real:smollm2-135m-instruct", "temperature", "wetland", 10)
+    assert (sp["w_min"], sp["w_max"], sp["w_step"], sp["steps"]) == (0.1, 3.0, 0.1, 20)
+    assert summary(SPIRAL)["n_w"] == 30
 
 
 def test_readme_quotes_the_verdicts():
-    """The README's CRH paragraph quotes the elicitation verdict (outcome and difference) and the
-    geometry's layer count as the committed report has them."""
+    """The README's CRH paragraph quotes the elicitation verdict (outcome and difference), the
+    geometry's layer count and the spiral probe's outcome as the committed reports have them."""
     flat = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert "results/crh-concepts-smollm2/" in flat
     rep = validity_report(run_dir(*MAIN)).verdicts.set_index("claim")
@@ -291,3 +314,6 @@ def test_readme_quotes_the_verdicts():
     assert f'"steering elicits the concept" is **{elicit["outcome"]}**' in flat
     assert diff in flat and geom["outcome"] == "reproduced"
     assert geom["measured"].split("pseudo-concept at ")[1].split(" (")[0] in flat
+    (spiral,) = validity_report(run_dir(*SPIRAL)).verdict_list()   # one prompt pair: inconclusive
+    assert "results/crh-spiral-smollm2/" in flat and spiral.outcome == "inconclusive"
+    assert f"by a small held-out margin, which is **{spiral.outcome}**" in flat

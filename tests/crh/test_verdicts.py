@@ -299,5 +299,6 @@ def test_the_spiral_verdict_follows_the_held_out_shape_and_flags_one_prompt_pair
         (v,) = spiral_verdicts(SimpleNamespace(vectors=SimpleNamespace(vectors=X)))
         assert v.supported is chosen and [c.kind for c in v.failed] == ["sampling_units"]
         assert v.outcome == "inconclusive" and "1 prompt pair" in v.reason
-    (v,) = spiral_verdicts(SimpleNamespace(vectors=SimpleNamespace(vectors=planted_line(6, seed=0))))
+    short = SimpleNamespace(vectors=SimpleNamespace(vectors=planted_line(6, seed=0)))
+    (v,) = spiral_verdicts(short)
     assert v.supported is None and v.measured.startswith("not computable")   # too few budgets

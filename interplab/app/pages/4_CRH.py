@@ -15,7 +15,8 @@ import streamlit as st
 st.set_page_config(page_title="interplab · CRH", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
-from interplab.app.widgets import page_model, saved_result, show_figure  # noqa: E402
+from interplab.app.widgets import (page_model, saved_result, show_figure,  # noqa: E402
+                                    validity_panel)
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.crh import (cylinder_scene, pairwise_scatter, penalty_heatmaps,  # noqa: E402
                                    sector_polar)
@@ -128,14 +129,15 @@ model = picked.load()
 
 with st.expander("Saved real-model study: 25 paper concepts (`crh-concepts`)", expanded=not picked.name.startswith(
         "zoo:")):
-    st.caption("Offline (without, with) pairs of 25 of the paper's concepts (interplab.data.concept_pairs): "
-               "5 concepts choose the read position, block and strength, the other 20 are scored — cylinder "
-               "statistics at every layer against paired pseudo-concepts, and steering at the chosen block: "
-               "sectors, the penalty direction and the diffmean (CAA) / PCA / probe baselines against a "
-               "matched-norm pseudo-concept control and the unsteered replies, each reply judged for the "
-               "concept's held-out words (not those that built the vector) and scored for fluency (its NLL "
-               "under the unsteered model). The verdicts and their checks are above. docs/crh.md, \"On a real "
-               "model\".")
+    st.caption("Offline (without, with) pairs of 25 of the paper's concepts "
+               "(interplab.data.concept_pairs): 5 concepts choose the read position, block and "
+               "strength, the other 20 are scored — cylinder statistics at every layer against "
+               "paired pseudo-concepts, and steering at the chosen block: sectors, the penalty "
+               "direction and the diffmean (CAA) / PCA / probe baselines against a matched-norm "
+               "pseudo-concept control and the unsteered replies, each reply judged for the "
+               "concept's held-out words (not those that built the vector) and scored for fluency "
+               "(its NLL under the unsteered model). The verdicts and their checks are above. "
+               "docs/crh.md, \"On a real model\".")
     cstudy = saved_result("crh-concepts", "study", "crh_concepts_run", label="Saved crh-concepts run",
                           hint=" (about 45 min on 2 CPU cores)", prefer_model=name)
     if cstudy is not None:
@@ -293,6 +295,32 @@ st.caption("Two prompts differing in one token: norm-constrained steering vector
            "same way: the straight LRH line w·dist·Δ̂ and the trajectory flattened onto its top-2 PCs.")
 from interplab.data.concepts import CONCEPTS  # noqa: E402
 from interplab.figures.crh import helix_figure, steering_vectors_figure  # noqa: E402
+from interplab.probes.crh.verdicts import spiral_verdicts  # noqa: E402
+from interplab.probes.validity import ValidityReport  # noqa: E402
+
+
+def spiral_views(sp, key: str) -> None:
+    """A spiral probe's helix-fit table (trajectory and its two controls) and figures."""
+    rows = []
+    for mode in sp.fits:
+        for label, fits in (("trajectory", sp.fits),
+                            ("straight line (LRH control)", sp.reference_fits),
+                            ("flat (top-2 PCs control)", sp.planar_fits)):
+            if mode in fits:
+                rows.append({"mode": mode, "fit to": label,
+                             **{k: v for k, v in fits[mode].summary().items() if k != "mode"}})
+    st.dataframe(pd.DataFrame(rows).round(4), hide_index=True, key=f"{key}_fits")
+    for mode, fit in sp.fits.items():
+        show_figure(helix_figure(fit), key=f"{key}_helix_{mode}")
+    show_figure(steering_vectors_figure(sp.vectors), key=f"{key}_optim")
+
+
+with st.expander("Saved spiral probe (`crh-spiral`): its verdict and helix fits"):
+    # the committed SmolLM2 run (temperature | wetland) and the user's own runs, with their verdicts
+    saved_sp = saved_result("crh-spiral", "spiral", "crh_sp_run", label="Saved crh-spiral run",
+                            prefer_model=name)
+    if saved_sp is not None:
+        spiral_views(saved_sp, key="crh_sp_saved")
 
 sp_ori, sp_tgt, sp_question = crh.SPIRAL_DEFAULT_PAIR
 SP_OFFLINE = "Offline concept pair (real chat model)"
@@ -352,14 +380,7 @@ if sp_res is not None and sp_res[0][0] == key:
     tok = model.tokenizer
     st.caption(f"t* = {sv.t_star}, dist = ‖Δ‖ = {sv.dist:.3g}; pushing away from "
                f"{tok.convert_ids_to_tokens(sv.src_tokens)} towards {tok.convert_ids_to_tokens(sv.dst_tokens)}.")
-    rows = []
-    for mode, fit in sp.fits.items():
-        for label, fits in (("trajectory", sp.fits), ("straight line (LRH control)", sp.reference_fits),
-                            ("flat (top-2 PCs control)", sp.planar_fits)):
-            if mode in fits:
-                rows.append({"mode": mode, "fit to": label, **{k: v for k, v in fits[mode].summary().items()
-                                                                 if k != "mode"}})
-    st.dataframe(pd.DataFrame(rows).round(4), hide_index=True, key="crh_sp_fits")
-    for mode, fit in sp.fits.items():
-        show_figure(helix_figure(fit), key=f"crh_sp_helix_{mode}")
-    show_figure(steering_vectors_figure(sv), key="crh_sp_optim")
+    # the verdict `crh-spiral` saves, computed on this probe (one prompt pair: inconclusive by
+    # design)
+    validity_panel(ValidityReport.of(spiral_verdicts(sp)), key="crh_sp_validity")
+    spiral_views(sp, key="crh_sp")

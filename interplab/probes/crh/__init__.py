@@ -1,15 +1,16 @@
 """CRH (the Cylindrical Representation Hypothesis, spec methods/crh.md): cylinder geometry of concept difference
 vectors, penalty and sector steering, the implication tests and the spiral probe.
 
-Model-free: `cylinder` (fit against the LRH null), `sectors` (steering vectors, grids, metrics, SectorMap /
-PenaltyMap), `implications` (Implication-3 pairwise test, Implication-2 trig-law scan), `helix` (helix fit of a
-steering trajectory), `synthetic` (planted-cylinder generator + oracle), `judges`. Through a `LabModel`: `diffs`
-(concept difference vectors), `steering` (batched steered generation, sector / penalty scans), `baselines`,
-`pairs` (the paper's concept data pipeline), `real_data` (pair files and offline pairs on real chat models),
-`toy` (toy-organism concept data), `spiral` (steering-vector optimisation + helix fits), `elicitation` (concept
-and fluency rates of a study's replies). `study`: the synthetic and model studies behind the `crh-*` experiments.
-`selection`: the read position, block and strength chosen on held-out concepts; `verdicts`: a run's claims and their
-validity checks (issue 46)."""
+Model-free: `cylinder` (fit against the LRH null), `sectors` (steering vectors, grids, metrics,
+SectorMap / PenaltyMap), `implications` (Implication-3 pairwise test, Implication-2 trig-law scan),
+`helix` (helix fit of a steering trajectory), `synthetic` (planted-cylinder generator + oracle),
+`judges`. Through a `LabModel`: `diffs` (concept difference vectors), `steering` (batched steered
+generation, sector / penalty scans), `baselines`, `pairs` (the paper's concept data pipeline),
+`real_data` (pair files and offline pairs on real chat models), `toy` (toy-organism concept data),
+`spiral` (steering-vector optimisation + helix fits), `elicitation` (concept and fluency rates of a
+study's replies). `study`: the synthetic and model studies behind the `crh-*` experiments.
+`selection`: the read position, block and strength chosen on held-out concepts; `verdicts`: a run's
+claims and their validity checks (issue 46)."""
 from __future__ import annotations
 
 from interplab.probes.crh.baselines import (BaselineCurves, baseline_scan, diffmean_direction, pca_direction,
@@ -68,5 +69,6 @@ __all__ = [
     "SyntheticStudyConfig", "SyntheticStudy", "synthetic_study", "ConceptStudyConfig", "ConceptSteering",
     "ConceptStudy", "run_concept_study", "residual_unit",
     # issue 46: settings chosen on held-out concepts, and the verdicts of a run
-    "ReadChoice", "split_concepts", "choose_read", "in_sample_choice", "crh_verdicts", "spiral_verdicts",
+    "ReadChoice", "split_concepts", "choose_read", "in_sample_choice", "crh_verdicts",
+    "spiral_verdicts",
 ]

@@ -61,10 +61,11 @@ def probe_direction(acts_without, acts_with, *, steps: int = 200, lr: float = 0.
 class BaselineCurves(Result):
     """Baselines vs strength step (spec §5 `draw_line_nopenalty`).
 
-    methods: method names; labels: [n_methods, n_samples, n_strengths]; strengths: [n_strengths] (absolute norms,
-    per method the same grid scaled by `scales[m]`, recorded); directions: [n_methods, d]; texts: optional generated
-    texts, flattened in (method, sample, strength) order; norms: [n_methods, n_strengths] the mean norm of the vectors
-    each method actually added (a matched-norm control is checked against it, not against the grid)."""
+    methods: method names; labels: [n_methods, n_samples, n_strengths]; strengths: [n_strengths]
+    (absolute norms, per method the same grid scaled by `scales[m]`, recorded); directions:
+    [n_methods, d]; texts: optional generated texts, flattened in (method, sample, strength) order;
+    norms: [n_methods, n_strengths] the mean norm of the vectors each method actually added (a
+    matched-norm control is checked against it, not against the grid)."""
 
     methods: list[str]
     labels: np.ndarray

@@ -101,10 +101,11 @@ def elicitation_summary(frame: pd.DataFrame, *, B: int = 5000, seed: int = 0) ->
 
 def sector_holdout(study, *, B: int = 5000, seed: int = 0, threshold: float | None = None
                    ) -> tuple[pd.DataFrame, dict]:
-    """(per-concept frame, summary): see the module docstring. Rates are label-2 fractions over (prompts ×
-    strengths) of the held-out half — with `threshold`, fluent label-2 fractions (NLL at most the threshold, as
-    `elicitation_frame`); the split is the first ⌈n/2⌉ test prompts vs the rest (prompt order is the seeded pair
-    split, independent of the replies; `n_select` of each concept's `n_prompts` chose its sector)."""
+    """(per-concept frame, summary): see the module docstring. Rates are label-2 fractions over
+    (prompts × strengths) of the held-out half — with `threshold`, fluent label-2 fractions (NLL at
+    most the threshold, as `elicitation_frame`); the split is the first ⌈n/2⌉ test prompts vs the
+    rest (prompt order is the seeded pair split, independent of the replies; `n_select` of each
+    concept's `n_prompts` chose its sector)."""
     from interplab.probes.stats import bootstrap_ci
 
     rows = []
@@ -118,7 +119,8 @@ def sector_holdout(study, *, B: int = 5000, seed: int = 0, threshold: float | No
         hit = sm.labels == 2                                            # [S, bins, K]
         if threshold is not None:
             if c.nll is None:
-                raise InputError(f"concept {name!r} has no fluency scores; run the study with fluency=True")
+                raise InputError(f"concept {name!r} has no fluency scores; run the study with "
+                                 "fluency=True")
             hit = hit & np.isfinite(c.nll["sector"]) & (c.nll["sector"] <= threshold)
         hit = hit.astype(np.float64)
         sel, held = hit[: (S + 1) // 2], hit[(S + 1) // 2:]
@@ -130,7 +132,9 @@ def sector_holdout(study, *, B: int = 5000, seed: int = 0, threshold: float | No
                      "heldout_gain": float(held[:, best].mean() - held.mean())})
     df = pd.DataFrame(rows)
     m, lo, hi = bootstrap_ci(df["heldout_gain"].to_numpy(), B=B, seed=seed)
-    return df, {"heldout_gain": m, "heldout_gain_lo": lo, "heldout_gain_hi": hi, "n_concepts": int(len(df)),
-                "n_positive": int((df["heldout_gain"] > 0).sum()), "n_negative": int((df["heldout_gain"] < 0).sum()),
+    return df, {"heldout_gain": m, "heldout_gain_lo": lo, "heldout_gain_hi": hi,
+                "n_concepts": int(len(df)), "n_positive": int((df["heldout_gain"] > 0).sum()),
+                "n_negative": int((df["heldout_gain"] < 0).sum()),
                 "heldout_best_rate": float(df["heldout_best_rate"].mean()),
-                "heldout_mean_rate": float(df["heldout_mean_rate"].mean()), "fluent": threshold is not None}
+                "heldout_mean_rate": float(df["heldout_mean_rate"].mean()),
+                "fluent": threshold is not None}

@@ -154,25 +154,26 @@ class TrigLawScan(Result):
 
 
 def _group_perms(g: np.ndarray, S: np.ndarray, an: np.ndarray, n_perm: int, rng) -> np.ndarray:
-    """[n_perm, n] sample indices that give every sample of a group the (S, ‖a‖) of another group, the groups
-    shuffled as wholes; S and ‖a‖ must be constant within each group."""
+    """[n_perm, n] sample indices that give every sample of a group the (S, ‖a‖) of another group,
+    the groups shuffled as wholes; S and ‖a‖ must be constant within each group."""
     labels, first, inv = np.unique(g, return_index=True, return_inverse=True)
     if not (np.allclose(S, S[first][inv]) and np.allclose(an, an[first][inv])):
-        raise InputError("a group permutation needs a group-level steerability and axis norm (one value per "
-                         "group); pass groups=None for a sample-level S")
-    return np.stack([first[rng.permutation(labels.size)][inv] for _ in range(n_perm)]) if n_perm else \
-        np.zeros((0, g.size), int)
+        raise InputError("a group permutation needs a group-level steerability and axis norm (one "
+                         "value per group); pass groups=None for a sample-level S")
+    return (np.stack([first[rng.permutation(labels.size)][inv] for _ in range(n_perm)])
+            if n_perm else np.zeros((0, g.size), int))
 
 
-def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float = 10.0, a_step: float = 0.05,
-                  p_step: float = 0.025, negative_cos: str = "drop", n_perm: int = 100, seed: int = 0,
-                  groups=None) -> TrigLawScan:
-    """For each exponent a and p ∈ [0.1, a − 0.1]: Pearson r between y = S/‖a‖^a and x = sin^a θ·cos^(2p−a) θ;
-    keep the max over p. ‖a‖ is the stored diffmean norm (scalar or per sample), not the repo's step-length proxy.
-    negative_cos: 'drop' (count reported) or 'abs' (use |cos θ|) — the repo drops them silently via NaN.
-    groups: [n] concept labels of a concept-level S (and ‖a‖): the permutation null then shuffles the concepts'
-    values among concepts, not samples (the samples of one concept share their S, so a sample shuffle would treat
-    them as independent units); None shuffles samples."""
+def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float = 10.0,
+                  a_step: float = 0.05, p_step: float = 0.025, negative_cos: str = "drop",
+                  n_perm: int = 100, seed: int = 0, groups=None) -> TrigLawScan:
+    """For each exponent a and p ∈ [0.1, a − 0.1]: Pearson r between y = S/‖a‖^a and x =
+    sin^a θ·cos^(2p−a) θ; keep the max over p. ‖a‖ is the stored diffmean norm (scalar or per
+    sample), not the repo's step-length proxy. negative_cos: 'drop' (count reported) or 'abs' (use
+    |cos θ|) — the repo drops them silently via NaN. groups: [n] concept labels of a concept-level S
+    (and ‖a‖): the permutation null then shuffles the concepts' values among concepts, not samples
+    (the samples of one concept share their S, so a sample shuffle would treat them as independent
+    units); None shuffles samples."""
     sin = np.asarray(sin_theta, np.float64).ravel()
     cos = np.asarray(cos_theta, np.float64).ravel()
     S = np.asarray(steerability, np.float64).ravel()
@@ -232,7 +233,9 @@ def trig_law_scan(sin_theta, cos_theta, steerability, axis_norm, *, a_max: float
     return TrigLawScan(exponents=A, r_max=r_max, p_best=p_best, p_value=pv, global_r=float(r_max[gi]),
                        global_a=float(A[gi]), global_p=float(p_best[gi]), perm_p=perm_p, n_used=int(n),
                        n_negative_cos=int(neg.sum()),
-                       config={"a_max": a_max, "a_step": a_step, "p_step": p_step, "negative_cos": negative_cos,
-                               "n_perm": n_perm, "seed": seed, "permuted": "sample" if g is None else "group",
+                       config={"a_max": a_max, "a_step": a_step, "p_step": p_step,
+                               "negative_cos": negative_cos, "n_perm": n_perm, "seed": seed,
+                               "permuted": "sample" if g is None else "group",
                                "n_groups": None if g is None else int(np.unique(g).size),
-                               "n_grid": int(sum(np.arange(0.1, a - 0.1 + 1e-9, p_step).size for a in A))})
+                               "n_grid": int(sum(np.arange(0.1, a - 0.1 + 1e-9, p_step).size
+                                                 for a in A))})

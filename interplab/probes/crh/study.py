@@ -232,13 +232,14 @@ class ConceptStudyConfig:
 
 @dataclass
 class ConceptSteering(Result):
-    """One concept at the steering layer: its cylinder (train diffs), the test diffs of the steered samples, and
-    (when steering ran) the penalty map, sector map and baseline curves, the unit the strengths are multiples of,
-    the unsteered replies (the judge's null) and, with `fluency`, every reply's NLL on its own under the unsteered
-    model (`reply_nll`; keys 'null' [n_test], 'penalty' [n_test, n_p, K], 'sector' [n_test, n_bins, K],
-    'baselines' [M, n_test, K]). judge_words / build_words: the judge's token set and the words the with-concept
-    texts were built from (empty: the same as the judge's, or unknown); control: the pseudo-concept whose diffmean
-    steered this concept's prompts as the baselines' `control` method at the same norms ('' = none)."""
+    """One concept at the steering layer: its cylinder (train diffs), the test diffs of the steered
+    samples, and (when steering ran) the penalty map, sector map and baseline curves, the unit the
+    strengths are multiples of, the unsteered replies (the judge's null) and, with `fluency`, every
+    reply's NLL on its own under the unsteered model (`reply_nll`; keys 'null' [n_test], 'penalty'
+    [n_test, n_p, K], 'sector' [n_test, n_bins, K], 'baselines' [M, n_test, K]). judge_words /
+    build_words: the judge's token set and the words the with-concept texts were built from (empty:
+    the same as the judge's, or unknown); control: the pseudo-concept whose diffmean steered this
+    concept's prompts as the baselines' `control` method at the same norms ('' = none)."""
 
     cylinder: Cylinder
     test_diffs: np.ndarray
@@ -259,13 +260,14 @@ class ConceptStudy(Result):
     """Result of `run_concept_study`.
 
     stats: one row per (concept, layer) with the cylinder summary and the test diffs' mean cos θ;
-    steer_layer; concepts: name -> `ConceptSteering`, in study order; pooled_penalty / pooled_sector: all concepts'
-    maps pooled on the step axis (strengths differ per concept by ‖a‖; the repo pools by step too); margins: the
-    Implication-3 M_i of every steered sample; pairwise: the Implication-3 test (None when too few samples
-    activate); trig_concept / trig_sample: the Implication-2 scan with concept- / sample-level steerability (None
-    when not computable); control_stats: the cylinder summary of each concept's paired pseudo-concept (`control`,
-    its train pairs) per layer, the geometry's empirical null (None without control pairs); position: where the
-    pair texts were read ('last' | 'mean')."""
+    steer_layer; concepts: name -> `ConceptSteering`, in study order; pooled_penalty /
+    pooled_sector: all concepts' maps pooled on the step axis (strengths differ per concept by ‖a‖;
+    the repo pools by step too); margins: the Implication-3 M_i of every steered sample; pairwise:
+    the Implication-3 test (None when too few samples activate); trig_concept / trig_sample: the
+    Implication-2 scan with concept- / sample-level steerability (None when not computable);
+    control_stats: the cylinder summary of each concept's paired pseudo-concept (`control`, its
+    train pairs) per layer, the geometry's empirical null (None without control pairs); position:
+    where the pair texts were read ('last' | 'mean')."""
 
     stats: pd.DataFrame
     steer_layer: int
@@ -323,8 +325,9 @@ class ConceptStudy(Result):
 
 def _cylinders(model, concepts: Sequence[ConceptData], layers: list[int], steer_layer: int, seed: int,
                position: str = "last"):
-    """Cylinder statistics per (concept, layer) and of each concept's control pairs; the steering layer's cylinder,
-    test diffs, train activations and control train diffs (None without control pairs)."""
+    """Cylinder statistics per (concept, layer) and of each concept's control pairs; the steering
+    layer's cylinder, test diffs, train activations and control train diffs (None without control
+    pairs)."""
     stats, ctl, at_steer = [], [], {}
     for c in concepts:
         train = concept_diffs_by_layer(model, c.train_pairs, layers=sorted(layers), position=position)
@@ -341,15 +344,18 @@ def _cylinders(model, concepts: Sequence[ConceptData], layers: list[int], steer_
                 ctl.append({"concept": c.name, "control": c.control_name, "layer": L,
                             **fit_cylinder(control[L][0], seed=seed).summary()})
             if L == steer_layer:
-                at_steer[c.name] = (cyl, dt, (a_no, a_yes, d), None if control is None else control[L][0])
+                at_steer[c.name] = (cyl, dt, (a_no, a_yes, d),
+                                    None if control is None else control[L][0])
     return pd.DataFrame(stats), (pd.DataFrame(ctl) if ctl else None), at_steer
 
 
-def _steer_concept(model, c: ConceptData, cyl: Cylinder, dt: np.ndarray, acts, cfg: ConceptStudyConfig,
-                   layer: int, ps: np.ndarray, control_diffs: np.ndarray | None = None) -> ConceptSteering:
-    """Penalty scan, sector scan and baselines of one concept at the steering layer, and its unsteered replies.
-    With `control_diffs` (a pseudo-concept's train diffs) the baselines get a `control` method: its diffmean
-    direction at the same strengths, i.e. the concept's diffmean vector's norm, judged for this concept."""
+def _steer_concept(model, c: ConceptData, cyl: Cylinder, dt: np.ndarray, acts,
+                   cfg: ConceptStudyConfig, layer: int, ps: np.ndarray,
+                   control_diffs: np.ndarray | None = None) -> ConceptSteering:
+    """Penalty scan, sector scan and baselines of one concept at the steering layer, and its
+    unsteered replies. With `control_diffs` (a pseudo-concept's train diffs) the baselines get a
+    `control` method: its diffmean direction at the same strengths, i.e. the concept's diffmean
+    vector's norm, judged for this concept."""
     judge = TokenSetJudge(c.words)
     unit = cyl.axis_norm if cfg.strength_unit == "axis" else residual_unit(model, c.test_prompts, layer)
     Lp = strength_grid(cfg.penalty_lmax * unit, cfg.n_strengths)
@@ -372,9 +378,10 @@ def _steer_concept(model, c: ConceptData, cyl: Cylinder, dt: np.ndarray, acts, c
         nll = {"null": reply_nll(model, null), "penalty": reply_nll(model, pm.texts).reshape(pm.labels.shape),
                "sector": reply_nll(model, sm.texts).reshape(sm.labels.shape),
                "baselines": reply_nll(model, bc.texts).reshape(bc.labels.shape)}
-    return ConceptSteering(cylinder=cyl, test_diffs=dt, penalty=pm, sector=sm, baselines=bc, unit=float(unit),
-                           null_labels=judge(null), null_texts=null, nll=nll, judge_words=tuple(c.words),
-                           build_words=tuple(c.build_words), control=c.control_name if c.control_pairs else "")
+    return ConceptSteering(cylinder=cyl, test_diffs=dt, penalty=pm, sector=sm, baselines=bc,
+                           unit=float(unit), null_labels=judge(null), null_texts=null, nll=nll,
+                           judge_words=tuple(c.words), build_words=tuple(c.build_words),
+                           control=c.control_name if c.control_pairs else "")
 
 
 def residual_unit(model, prompts, layer: int) -> float:
@@ -413,10 +420,12 @@ def _implication_tests(study: ConceptStudy, cfg: ConceptStudyConfig, log) -> Non
     anorm = np.concatenate([np.full(k, s.cylinder.axis_norm) for k, s in zip(n, steer)])
     for level in ("concept", "sample"):
         try:
-            # concept-level S is one value per concept: its permutation null shuffles concepts, not samples
-            setattr(study, f"trig_{level}", trig_law_scan(np.sqrt(np.clip(1 - cos**2, 0, 1)), cos, S[level], anorm,
-                                                          n_perm=100, seed=cfg.seed,
-                                                          groups=groups if level == "concept" else None))
+            # concept-level S is one value per concept: its permutation null shuffles concepts, not
+            # samples
+            setattr(study, f"trig_{level}",
+                    trig_law_scan(np.sqrt(np.clip(1 - cos**2, 0, 1)), cos, S[level], anorm,
+                                  n_perm=100, seed=cfg.seed,
+                                  groups=groups if level == "concept" else None))
         except Exception as e:  # noqa: BLE001 - constant steerability (e.g. nothing activates) is a result
             log(f"[crh] Implication-2 scan ({level}) not computable: {e}")
 
@@ -435,7 +444,8 @@ def run_concept_study(model, concepts: Sequence[ConceptData], cfg: ConceptStudyC
     stats, ctl, at_steer = _cylinders(model, concepts, layers, steer_layer, cfg.seed, cfg.position)
     log(f"[crh] cylinders for {len(concepts)} concepts × {len(layers)} layers in {time.perf_counter() - t0:.1f}s")
     if not cfg.steer:
-        return ConceptStudy(stats=stats, steer_layer=steer_layer, control_stats=ctl, position=cfg.position,
+        return ConceptStudy(stats=stats, steer_layer=steer_layer, control_stats=ctl,
+                            position=cfg.position,
                             concepts={n: ConceptSteering(cylinder=cyl, test_diffs=dt)
                                       for n, (cyl, dt, _, _) in at_steer.items()})
     ps = penalty_grid(cfg.n_p)

@@ -10,13 +10,14 @@ from interplab.zoo.cards import model_format  # shared with the atlas parts of o
 
 @dataclass
 class ConceptData:
-    """One concept for a model study. train_pairs / test_pairs: (without, with) inputs (text or token ids) whose
-    last-real-token difference is the concept diff; test_prompts: the steered prompts, one per test pair (same
-    order); words: the concept's surface tokens (the judge's token set); build_words: the words its with-concept
-    texts were built from when they differ from the judge's (`concept_pairs.split_words`; empty = the same words or
-    unknown); control_pairs / control_name: the train pairs of a concept-free pseudo-concept
-    (`concept_pairs.control_pairs`) whose difference vector steers this concept's prompts as a matched-norm control
-    (None = no control arm)."""
+    """One concept for a model study. train_pairs / test_pairs: (without, with) inputs (text or
+    token ids) whose last-real-token difference is the concept diff; test_prompts: the steered
+    prompts, one per test pair (same order); words: the concept's surface tokens (the judge's token
+    set); build_words: the words its with-concept texts were built from when they differ from the
+    judge's (`concept_pairs.split_words`; empty = the same words or unknown); control_pairs /
+    control_name: the train pairs of a concept-free pseudo-concept (`concept_pairs.control_pairs`)
+    whose difference vector steers this concept's prompts as a matched-norm control (None = no
+    control arm)."""
 
     name: str
     words: tuple

@@ -303,7 +303,8 @@ def _impl1(study, common: list, B: int, seed: int) -> V.Verdict:
         f"{np.median(np.concatenate(cos)):.2f}), as the repo "
         "defines it"
     )
-    return V.Verdict(METHOD, CLAIMS["impl1"], measured, bool(diff[1] > EPS), tuple(checks), note=note)
+    return V.Verdict(METHOD, CLAIMS["impl1"], measured, bool(diff[1] > EPS), tuple(checks),
+                     note=note)
 
 
 def _impl2(study, common: list) -> V.Verdict:
@@ -451,8 +452,8 @@ def spiral_verdicts(spiral, *, seed: int = 0) -> list[V.Verdict]:
     (`select_trajectory_shape`: line, planar arc, helix by cross-validated R²); reproduced when the
     helix is chosen (both gains' bootstrap lower bounds above 0, an intersection-union rule that
     needs no correction). One prompt pair is one sampling unit, and the bootstrap resamples the
-    trajectory's points, not prompt pairs, so the unit check fails for a one-pair probe: a helix on one
-    pair is an example, not the population claim."""
+    trajectory's points, not prompt pairs, so the unit check fails for a one-pair probe: a helix on
+    one pair is an example, not the population claim."""
     from interplab.probes.crh.shape_selection import select_trajectory_shape
 
     units = V.sampling_units(1, unit="prompt pair", subject="prompt pairs probed",

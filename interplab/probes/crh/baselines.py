@@ -2,13 +2,13 @@
 batched scan of every direction × strength on a model."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
 from interplab.core.result import Result
+from interplab.probes.stats import sem_halfwidth
 from interplab.probes.crh.diffs import _read_site
 from interplab.probes.crh.steering import _judge, steer_generate
 
@@ -78,10 +78,7 @@ class BaselineCurves(Result):
     def rates(self, label: int = 2) -> tuple[np.ndarray, np.ndarray]:
         """Mean and 1.96·SEM across samples of the `label` indicator: each [n_methods, n_strengths]."""
         hit = (self.labels == label).astype(np.float64)
-        m = hit.mean(1)
-        n = hit.shape[1]
-        sem = hit.std(1, ddof=1) / math.sqrt(n) if n > 1 else np.zeros_like(m)
-        return m, 1.96 * sem
+        return hit.mean(1), sem_halfwidth(hit, axis=1)
 
     def to_frame(self):
         import pandas as pd

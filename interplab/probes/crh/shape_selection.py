@@ -23,6 +23,7 @@ import pandas as pd
 
 from interplab.core.errors import InputError
 from interplab.core.result import Result
+from interplab.probes.stats import percentile_interval, resample_indices
 
 SHAPES = ("line", "arc", "helix")
 
@@ -103,15 +104,15 @@ def select_trajectory_shape(trajectory, *, n_folds: int = 5, omegas=None, n_boot
             pred, _ = _fit_predict(shape, t[tr], X[tr], t[te], omegas)
             err[s, te] = ((pred - X[te]) ** 2).sum(1)
     sst = ((X - X.mean(0)) ** 2).sum(1)                 # per-point total sum of squares
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, K, size=(n_boot, K))
+    idx = resample_indices(K, n_boot, np.random.default_rng(seed))
     r2 = lambda e, i=slice(None): 1 - e[..., i].sum(-1) / sst[i].sum()  # noqa: E731
     gains = []
     for a, b in (("helix", "arc"), ("helix", "line"), ("arc", "line")):
         ea, eb = err[SHAPES.index(a)], err[SHAPES.index(b)]
         boot = np.array([(eb[i].sum() - ea[i].sum()) / sst[i].sum() for i in idx])
+        lo, hi = percentile_interval(boot)
         gains.append({"comparison": f"{a}-{b}", "gain": float(r2(ea) - r2(eb)),
-                      "lo": float(np.quantile(boot, 0.025)), "hi": float(np.quantile(boot, 0.975))})
+                      "lo": float(lo), "hi": float(hi)})
     g = {row["comparison"]: row for row in gains}
     if g["helix-arc"]["lo"] > min_gain and g["helix-line"]["lo"] > min_gain:
         chosen = "helix"

@@ -14,6 +14,7 @@ from interplab.interventions import Ablate  # noqa: E402
 from interplab.models.lab_model import unknown_token_message  # noqa: E402
 from interplab.probes.next_token import (model_summary, next_token_report, prompt_input, suggest_chat,  # noqa: E402
                                          suggest_prompt, token_steer)
+from interplab.figures.arrays import token_label  # noqa: E402
 from interplab.figures.models import attention_figure, top_tokens_figure  # noqa: E402
 
 st.title("Models")
@@ -102,10 +103,11 @@ except InterplabError as exc:
     st.error(f"Cannot run this prompt: {exc}")
     st.stop()
 
-st.markdown(f"**Tokens ({len(res.tokens)}):** " + " ".join(f"`{t}`" for t in res.tokens))
+st.markdown(f"**Tokens ({len(res.tokens)}):** " + " ".join(f"`{token_label(t)}`" for t in res.tokens))
 left, right = st.columns([2, 3])
 with left:
-    st.markdown(f"**Top next tokens** — top token `{res.top.iloc[0]['token']}`, p = {res.top.iloc[0]['prob']:.4f}")
+    st.markdown(f"**Top next tokens** — top token `{token_label(res.top.iloc[0]['token'])}`, "
+                f"p = {res.top.iloc[0]['prob']:.4f}")
     st.dataframe(res.top.assign(prob=res.top["prob"].round(4), logit=res.top["logit"].round(3)),
                  hide_index=True, key="top_tokens_table")
 with right:
@@ -152,7 +154,7 @@ except (InterplabError, ValueError) as exc:
     st.stop()
 if edits:
     top1 = edited.top.iloc[0]
-    st.markdown(f"**Top next tokens under the edit** ({edit_label}) — top token `{top1['token']}`, "
+    st.markdown(f"**Top next tokens under the edit** ({edit_label}) — top token `{token_label(top1['token'])}`, "
                 f"p = {top1['prob']:.4f}")
     st.dataframe(edited.top.assign(prob=edited.top["prob"].round(4), logit=edited.top["logit"].round(3)),
                  hide_index=True, key="edited_tokens_table")

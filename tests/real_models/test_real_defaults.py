@@ -27,39 +27,12 @@ def _model(name: str):
     return _LOADED[name]
 
 
-def _explore(m):
-    """Temporary: candidate templates on this model (printed with -s)."""
-    from interplab.probes.lenses.common import CAPITALS
-
-    tok = m.tokenizer
-    facts = [f for f in CAPITALS if all(len(tok(" " + w, add_special_tokens=False)["input_ids"]) == 1 for w in f)]
-    ids = [tok(" " + a, add_special_tokens=False)["input_ids"][0] for _, a in facts]
-    templ = ["The capital of {c} is", "The capital of {c} is the city of", "The capital city of {c} is",
-             "Q: What is the capital of {c}?\nA:", "{c}'s capital city is"]
-    for t in templ:
-        if m.chat_default:
-            texts = [tok.apply_chat_template([{"role": "user", "content": f"What is the capital of {c}?"}],
-                                             add_generation_prompt=True, tokenize=False) + t.format(c=c)
-                     for c, _ in facts]
-        else:
-            texts = [t.format(c=c) for c, _ in facts]
-        last = m.run(texts).logits[:, -1]
-        sub = last[:, ids]
-        rank = [int((last[i] > last[i, ids[i]]).sum()) for i in range(len(facts))]
-        off = sub.masked_fill(torch.eye(len(facts), dtype=torch.bool), -1e9).max(1).values
-        margin = sub.diag() - off
-        top = [tok.decode([int(last[i].argmax())]) for i in range(len(facts))]
-        print(f"{m.name} {t!r}: ranks {rank} min margin {float(margin.min()):.2f} "
-              f"n>0 {int((margin > 0).sum())}/{len(facts)} top {top[:5]}", flush=True)
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_default_pair_is_a_fact_pair_whose_metric_flips(name):
     from interplab.probes.lenses import default_fact_pair
     from interplab.probes.lenses.common import prompt_ids
 
     m = _model(name)
-    _explore(m)
     pair = default_fact_pair(m)
     assert (pair.answer, pair.wrong) == (" Paris", " Rome"), pair
     for word in (pair.answer, pair.wrong):
@@ -67,9 +40,9 @@ def test_default_pair_is_a_fact_pair_whose_metric_flips(name):
     assert len(prompt_ids(m, pair.clean)) == len(prompt_ids(m, pair.corrupt))
     a, w = m.token_id(pair.answer), m.token_id(pair.wrong)
     last = m.run([pair.clean, pair.corrupt]).logits[:, -1].double()
-    diff = (last[:, a] - last[:, w]).tolist()
-    print(name, "logit diff clean / corrupt", diff, "top", [m.tokenizer.decode([int(i)]) for i in last.argmax(-1)])
-    assert diff[0] > 1.0 and diff[1] < -1.0, (name, diff)
+    diff = (last[:, a] - last[:, w]).tolist()     # measured: SmolLM2 +7.96 / -8.32, Gemma-3 +5.94 / -7.62
+    assert diff[0] > 2.0 and diff[1] < -2.0, (name, diff)
+    assert [m.tokenizer.decode([int(i)]) for i in last.argmax(-1)] == [" Paris", " Rome"]
 
 
 def test_gemma_reads_like_plain_transformers_with_its_bos():
@@ -89,7 +62,8 @@ def test_gemma_reads_like_plain_transformers_with_its_bos():
         no_bos = hf(torch.tensor([ids[1:]])).logits[0, -1].double()
     assert float((ours - ref).abs().max()) <= 1e-3 * float(ref.abs().max()), float((ours - ref).abs().max())
     show = lambda lg: [(tok.decode([int(i)]), round(float(p), 3)) for p, i in zip(*torch.softmax(lg, -1).topk(5))]
-    print("gemma with bos", show(ref), "without", show(no_bos))
+    # measured: with <bos> <start_of_image> 0.148, " bed" 0.063, ...; without it " cat" 0.906 (docs/real_models.md)
+    assert show(ref)[0][0] == "<start_of_image>" and show(no_bos)[0][0] == " cat", (show(ref), show(no_bos))
 
 
 def test_direction_default_steering_moves_smollm2s_answer():
@@ -99,9 +73,24 @@ def test_direction_default_steering_moves_smollm2s_answer():
     d = default_direction(m)
     assert d.token == " Paris" and len(d.prompts) == 16
     dash = direction_dashboard(m, d.vector, d.site, list(d.prompts), steer_prompt=d.steer_prompt,
-                               steer_scales=(0.0, 0.5, 1.0, 2.0, 4.0), relative_scales=True)
-    print("unit", dash.steer_unit, dash.steering)
-    out = dash.steering
+                               steer_scales=d.scales, relative_scales=True, max_new_tokens=4)
+    out = dash.steering                   # measured: 0.0 "Rome.", 0.1 "Rome Italy", 0.2 / 0.3 "Paris Paris ..."
     assert "Rome" in out["0.0"] and "Paris" not in out["0.0"], out
-    assert any("Paris" in out[str(float(k))] for k in d.scales if k), out
+    assert "Paris" in out[str(float(max(d.scales)))], out
     assert dash.top_contexts["prompt"].nunique() > 1        # the contexts come from different prompts
+
+
+def test_gemma_dla_folds_the_post_attention_norm_into_the_heads():
+    """Gemma-3 has no attention bias; its heads' sum passes a post-attention RMSNorm before it is added. With that
+    norm's scale frozen the heads carry all of attn_out (the 'attn bias' term is float error) and the components
+    still sum to the model's logit difference."""
+    import numpy as np
+
+    from interplab.probes.lenses import default_fact_pair, direct_logit_attribution
+
+    m = _model("real:gemma-3-270m")
+    pair = default_fact_pair(m)
+    d = direct_logit_attribution(m, pair.clean, pair.answer, pair.wrong)
+    scale = float(np.abs(d.heads).max())
+    assert float(np.abs(d.attn_bias).max()) <= 1e-4 * scale, (float(np.abs(d.attn_bias).max()), scale)
+    assert abs(float(d.component_sum[0] - d.total[0])) <= 1e-3 * max(1.0, abs(float(d.total[0])))

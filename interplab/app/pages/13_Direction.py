@@ -103,7 +103,8 @@ with c3:
         vec = W_U[:, tid].numpy() if tid is not None else None
         vec_name = None if tid is None else f"unembed {tid}:{model.tokenizer.decode([tid]).strip()}"
 steer_prompt = st.text_input("Steering prompt", value=defaults.steer_prompt, key="dir_steer_prompt")
-scales = st.multiselect("Steering scales (× the site's typical activation norm)", [0.0, 0.5, 1.0, 2.0, 4.0],
+scales = st.multiselect("Steering scales (× the site's typical activation norm)",
+                        [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0],
                         default=list(defaults.scales), key="dir_scales")
 
 if st.button("Build dashboard", key="dir_go", type="primary", disabled=vec is None):

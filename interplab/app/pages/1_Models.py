@@ -12,6 +12,7 @@ from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.interventions import Ablate  # noqa: E402
 from interplab.models.lab_model import unknown_token_message  # noqa: E402
+from interplab.probes.lenses import default_fact_pair  # noqa: E402
 from interplab.probes.next_token import (model_summary, next_token_report, prompt_input, suggest_chat,  # noqa: E402
                                          suggest_prompt, token_steer)
 from interplab.figures.arrays import token_label  # noqa: E402
@@ -77,7 +78,11 @@ if model.chat_default:
         system = s2.text_input("System turn (the task instruction for the toy organisms)", value=sys_default,
                                key="models_system")
 else:
-    user_default = suggest_prompt(model)
+    # a real base model opens on a fact whose next token is its answer (" Paris"); a bare fragment such as "the cat
+    # sat on the" puts Gemma-3's <start_of_image> on top, as plain transformers does on the same weights
+    # (docs/real_models.md, "Reading a base model")
+    _pair = default_fact_pair(model)
+    user_default = _pair.clean if _pair.answer else suggest_prompt(model)
 c1, c2, c3, c4 = st.columns([4, 1, 1, 1])
 with c1:
     prompt = st.text_input("Prompt" if not model.chat_default else "User turn", value=user_default,

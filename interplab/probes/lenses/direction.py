@@ -125,7 +125,9 @@ class DirectionDefaults:
     """What the Direction page opens on: the unembedding direction of `token` (the clean answer of the model's
     default fact pair, " Paris" on a real model) at `site` (the last layer's resid_post), read over the clean
     prompts of 16 different default pairs, and steered on the corrupt prompt (whose answer is " Rome"), with
-    `scales` in units of the site's typical norm: the steering turns the corrupt prompt's answer into the token."""
+    `scales` in units of the site's typical norm: the steering turns the corrupt prompt's answer into the token (on
+    SmolLM2 at resid_post.29, typical norm ~800: 0.1 leaves " Rome", 0.2 and 0.3 say " Paris", 0.5 and more
+    give garbage; tests/real_models/test_real_defaults.py)."""
 
     site: str
     token: str
@@ -133,7 +135,7 @@ class DirectionDefaults:
     vector: np.ndarray
     prompts: tuple
     steer_prompt: str
-    scales: tuple = (0.0, 1.0, 2.0)
+    scales: tuple = (0.0, 0.1, 0.2, 0.3)
 
 
 def default_direction(model) -> DirectionDefaults:

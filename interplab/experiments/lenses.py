@@ -21,11 +21,11 @@ def _check_common(cfg) -> None:
 class PatchingExperimentConfig:
     """Config of `patching`.
 
-    model: zoo name, local checkpoint or hub id. clean / corrupt: the prompt pair ("" = the model's default pair:
-    on toy organisms a CtxMem recall prompt whose context value is swapped, on a real model "The capital of France /
+    model: zoo name, local checkpoint or hub id. clean / corrupt: the prompt pair ("" = the model's default pair: on
+    toy organisms a CtxMem recall prompt whose context value is swapped, on a real model "The capital of France /
     Italy is ..." with answers " Paris" / " Rome"). answer / wrong: metric tokens ("" = the default pair's answers,
-    or for a given pair the clean and corrupt runs' top tokens). sites, positions, direction, batch_size: the grid (PatchingConfig).
-    attribution: also run attribution patching ("gradient" and "ig") on the same grid and compare.
+    or for a given pair the clean and corrupt runs' top tokens). sites, positions, direction, batch_size: the grid
+    (PatchingConfig). attribution: also run attribution patching ("gradient" and "ig") on the same grid and compare.
     """
 
     model: str = "zoo:toy-chat"

@@ -14,8 +14,8 @@ import numpy as np
 from interplab.core.errors import ShapeError
 from interplab.figures.arrays import token_label
 from interplab.figures.models import token_labels
-from interplab.figures.style import (DEFAULT_WIDTH, DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style, heatmap_axes,
-                                     log_axis)
+from interplab.figures.style import (DEFAULT_WIDTH, DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style,
+                                     heatmap_axes, log_axis)
 
 __all__ = ["patching_figure", "patching_cell", "attribution_scatter", "logit_lens_figure", "dla_figure",
            "attention_heads_figure", "answer_rank_figure", "attribution_rho_figure", "head_frequency_figure",

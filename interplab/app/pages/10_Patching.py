@@ -93,8 +93,8 @@ with c4:
 
 # the `patching` experiment, as `interplab run patching --set ...` runs it: in place when it is quick, else a job
 settings = dict(model=picked.name, backend=picked.backend, device=picked.device, dtype=picked.dtype, clean=clean,
-                corrupt=corrupt, answer=answer, wrong=wrong, sites=",".join(sites), positions=positions, direction=direction,
-                attribution=method != "exact")
+                corrupt=corrupt, answer=answer, wrong=wrong, sites=",".join(sites), positions=positions,
+                direction=direction, attribution=method != "exact")
 run = job_panel("patching", settings, "pt", model=model, model_key=model_key, label="Run patching",
                 button_key="pt_run", disabled=not sites)
 if run is None:
@@ -120,8 +120,8 @@ exact = run.result("exact")
 approx = run.result(f"attribution_{method}") if f"attribution_{method}" in run.result_names else None
 shown = approx if approx is not None else exact
 first = next(iter(exact.results.values()))
-st.markdown(f"Metric: logit(`{token_label(exact.answer)}`) − logit(`{token_label(exact.wrong)}`) · clean **{first.clean_metric:.3f}** · "
-            f"corrupt **{first.corrupt_metric:.3f}**")
+st.markdown(f"Metric: logit(`{token_label(exact.answer)}`) − logit(`{token_label(exact.wrong)}`) · "
+            f"clean **{first.clean_metric:.3f}** · corrupt **{first.corrupt_metric:.3f}**")
 for kind, res in shown.results.items():
     st.subheader(kind)
     pos = None

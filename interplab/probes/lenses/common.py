@@ -103,7 +103,7 @@ FALLBACK_PAIR = ("The capital of France is", "The capital of Italy is")
 
 
 # Public world facts (country, capital) for the real-model default pairs: each word is one token (with its leading
-# space) in SmolLM2's and Gemma-3's tokenizers (tests/lenses/test_default_pair.py checks both), so the clean and
+# space) in SmolLM2's and Gemma-3's tokenizers (tests/real_models/test_real_defaults.py), so the clean and
 # corrupt prompts have equal lengths and the metric is the logit difference of two single-token answers.
 CAPITALS = (("France", "Paris"), ("Italy", "Rome"), ("Germany", "Berlin"), ("Spain", "Madrid"),
             ("Japan", "Tokyo"), ("Russia", "Moscow"), ("China", "Beijing"), ("Egypt", "Cairo"),
@@ -133,12 +133,12 @@ def default_pair(model, seed: int = 0) -> tuple[str, str]:
 
 
 def default_fact_pair(model, seed: int = 0) -> FactPair:
-    """A meaningful clean / corrupt pair for `model`: on the toy organisms (`speaks_toy_vocab`) a CtxMem recall
-    prompt whose context value of the queried entity is swapped (so the answer flips from the clean value to the
-    corrupt one); on a real model two public facts, "The capital of France / Italy is the city of" -> " Paris" /
-    " Rome" (seed s: the s-th fact of `CAPITALS` against the next one), as an assistant's half-written answer on a chat model (an
-    instruction-tuned model reads a plain string as a user turn and would answer it with the same first token for
-    both) and as plain text otherwise; on a small vocabulary that knows neither, five of its own words."""
+    """A meaningful clean / corrupt pair for `model`: on the toy organisms (`speaks_toy_vocab`) a CtxMem recall prompt
+    whose context value of the queried entity is swapped (so the answer flips from the clean value to the corrupt
+    one); on a real model two public facts, "The capital of France / Italy is the city of" -> " Paris" / " Rome"
+    (seed s: the s-th fact of `CAPITALS` against the next one), as an assistant's half-written answer on a chat
+    model (an instruction-tuned model reads a plain string as a user turn and would answer it with the same first
+    token for both) and as plain text otherwise; on a small vocabulary that knows neither, five of its own words."""
     from interplab.data import toy_vocab
     from interplab.data.ctxmem import CtxMem
 

@@ -173,9 +173,9 @@ def collect_directions(model, site: str, *, runs: bool = True, saes: bool = True
                        extra: dict | None = None, root=None) -> DirectionRegistry:
     """Gather the named directions of `model` at `site` (see the module docstring). unembedding: also add the
     unembedding columns of the first that many token ids, or of the given token ids (a real vocabulary's first ids
-    are special and byte tokens whose unembeddings are near-identical: give words, e.g. `fact_token_ids`). extra: {name: [d_model] vector} added as "user".
-    root: the results root of the runs (default $INTERPLAB_HOME). Folders that cannot be read are listed in
-    `skipped` with the reason, never raised."""
+    are special and byte tokens whose unembeddings are near-identical: give words, e.g. `fact_token_ids`). extra:
+    {name: [d_model] vector} added as "user". root: the results root of the runs (default $INTERPLAB_HOME). Folders
+    that cannot be read are listed in `skipped` with the reason, never raised."""
     names, sources, origins, vecs, skipped = [], [], [], [], {}
     d = model.d_model
 

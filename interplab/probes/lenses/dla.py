@@ -1,15 +1,15 @@
 """Direct logit attribution (DLA): each head's and each MLP's direct contribution to a logit or logit difference.
 
-The final residual stream at the read position is a sum of components: the embeddings (resid_pre.0), for every
-layer each query head's output z_h @ W_O[h] (from attn_z and `model.attention_weights()`), the attention output's
-bias (attn_out minus the heads' sum), and the MLP output. On Gemma-2/3 the heads' sum passes a post-attention
-norm before it is added (attn_out is that norm's output): its scale is frozen too (`post_attention_scale`), so
-the heads carry their share of attn_out and the attention-bias term is zero, as the model has no bias. As TransformerLens does (`apply_ln_to_stack`), the final
-norm's scale is frozen at its value on the real residual stream, so the norm becomes linear: a component c
-contributes ((c - mean(c)) for LayerNorm, or c for RMSNorm) / scale . (gamma * u), with u = W_U[:, answer] -
-W_U[:, wrong]; the norm's bias and the unembedding bias form one constant term. The contributions then sum exactly
-to the model's logit difference (the test checks it to 1e-4 in float32). Heads are query heads; under GQA, head h
-reads KV group h // (n_heads / n_kv_heads), shown in `to_frame`.
+The final residual stream at the read position is a sum of components: the embeddings (resid_pre.0), for every layer
+each query head's output z_h @ W_O[h] (from attn_z and `model.attention_weights()`), the attention output's bias
+(attn_out minus the heads' sum), and the MLP output. On Gemma-2/3 the heads' sum passes a post-attention norm before
+it is added (attn_out is that norm's output): its scale is frozen too (`post_attention_scale`), so the heads carry
+their share of attn_out and the attention-bias term is zero, as the model has no bias. As TransformerLens does
+(`apply_ln_to_stack`), the final norm's scale is frozen at its value on the real residual stream, so the norm
+becomes linear: a component c contributes ((c - mean(c)) for LayerNorm, or c for RMSNorm) / scale . (gamma * u),
+with u = W_U[:, answer] - W_U[:, wrong]; the norm's bias and the unembedding bias form one constant term. The
+contributions then sum exactly to the model's logit difference (the test checks it to 1e-4 in float32). Heads are
+query heads; under GQA, head h reads KV group h // (n_heads / n_kv_heads), shown in `to_frame`.
 
     >>> from interplab.probes.lenses import direct_logit_attribution
     >>> dla = direct_logit_attribution(model, prompts, answer=" Paris", wrong=" Rome")

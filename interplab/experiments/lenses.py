@@ -21,10 +21,11 @@ def _check_common(cfg) -> None:
 class PatchingExperimentConfig:
     """Config of `patching`.
 
-    model: zoo name, local checkpoint or hub id. clean / corrupt: the prompt pair ("" = the model's default pair:
-    on toy organisms a CtxMem recall prompt whose context value is swapped). answer / wrong: metric tokens ("" =
-    the clean and corrupt runs' top tokens). sites, positions, direction, batch_size: the grid (PatchingConfig).
-    attribution: also run attribution patching ("gradient" and "ig") on the same grid and compare.
+    model: zoo name, local checkpoint or hub id. clean / corrupt: the prompt pair ("" = the model's default pair: on
+    toy organisms a CtxMem recall prompt whose context value is swapped, on a real model "The capital of France /
+    Italy is ..." with answers " Paris" / " Rome"). answer / wrong: metric tokens ("" = the default pair's answers,
+    or for a given pair the clean and corrupt runs' top tokens). sites, positions, direction, batch_size: the grid
+    (PatchingConfig). attribution: also run attribution patching ("gradient" and "ig") on the same grid and compare.
     """
 
     model: str = "zoo:toy-chat"
@@ -86,14 +87,16 @@ def patching_size(cfg: PatchingExperimentConfig, model):
 def patching(cfg: PatchingExperimentConfig, run) -> None:
     import interplab
     from interplab.figures.lenses import attribution_scatter, patching_figure
-    from interplab.probes.lenses import (PatchingConfig, activation_patching, attribution_patching, compare_to_exact,
-                                         default_pair)
+    from interplab.probes.lenses import (FactPair, PatchingConfig, activation_patching, attribution_patching,
+                                         compare_to_exact, default_fact_pair)
 
     model = interplab.load_model(cfg.model, backend=cfg.backend, device=cfg.device, dtype=cfg.dtype)
-    clean, corrupt = (cfg.clean, cfg.corrupt) if cfg.clean else default_pair(model)
+    # the default pair brings its answers (" Paris" / " Rome" on a real model); a given pair uses the given tokens
+    pair = FactPair(cfg.clean, cfg.corrupt) if cfg.clean else default_fact_pair(model)
+    clean, corrupt = pair.clean, pair.corrupt
     pc = PatchingConfig(sites=list(cfg.sites), positions=cfg.positions, direction=cfg.direction,
                         batch_size=cfg.batch_size)
-    kw = dict(answer=cfg.answer or None, wrong=cfg.wrong or None)
+    kw = dict(answer=cfg.answer or pair.answer or None, wrong=cfg.wrong or pair.wrong or None)
     exact = activation_patching(model, clean, corrupt, pc, **kw)
     run.save_result("exact", exact)
     for kind, r in exact.results.items():

@@ -20,21 +20,62 @@ from interplab.core.errors import ShapeError
 from interplab.figures.style import (DEFAULT_WIDTH, DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL,
                                      apply_style, explain_nan_cells, heatmap_axes, integer_axis)
 
-__all__ = ["heatmap", "layer_head", "layer_position", "attention", "layer_lines", "display_tokens"]
+__all__ = ["heatmap", "layer_head", "layer_position", "attention", "layer_lines", "display_tokens", "token_label",
+           "token_text"]
 
 _CELL_W, _CELL_H = 38, 18   # px a printed value needs at the default font (".2f" and a sign)
 
 
+def _byte_decoder() -> dict[str, int]:
+    """The inverse of GPT-2's `bytes_to_unicode`: the printable character byte-level BPE writes for each byte."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    chars, n = list(keep), 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(keep, chars)}
+
+
+_BYTES = _byte_decoder()
+
+
+def token_text(token) -> str:
+    """The text a token stands for, whether it is given decoded (' Paris') or as a raw vocabulary piece: a
+    byte-level BPE piece ('ĠParis', 'Ċ', 'Ã©') is mapped back through the byte table, a SentencePiece '▁' is a
+    space. Decoded text passes through unchanged (a piece is only re-read when it has a shifted byte character
+    such as 'Ġ', or when its non-ASCII characters are exactly the UTF-8 bytes of other text)."""
+    s = str(token)
+    if "▁" in s:
+        return s.replace("▁", " ")
+    if not s or any(c not in _BYTES for c in s):
+        return s
+    shifted = any(ord(c) >= 256 for c in s)
+    if not shifted and s.isascii():
+        return s
+    raw = bytes(_BYTES[c] for c in s)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        # a piece holding part of a multi-byte character: show the bytes when it was a piece, else the text
+        return raw.decode("utf-8", errors="replace") if shifted else s
+
+
+def token_label(token) -> str:
+    """One token as a readable label: its text with a leading space shown as '␣', newlines as '⏎', tabs as '⇥'
+    (an empty token as '')."""
+    s = token_text(token).replace("\n", "⏎").replace("\t", "⇥")
+    if s.startswith(" "):
+        s = "␣" + s[1:]
+    return s if s else "''"
+
+
 def display_tokens(tokens: Sequence[str]) -> list[str]:
-    """Axis labels for decoded tokens: `i:text` (plotly merges equal categories; prompts repeat tokens), with a
-    leading space shown as '␣', newlines as '⏎' and tabs as '⇥', so an axis never shows 'Ġ'/'Ċ' pieces."""
-    out = []
-    for i, t in enumerate(tokens):
-        s = str(t).replace("\n", "⏎").replace("\t", "⇥")
-        if s.startswith(" "):
-            s = "␣" + s[1:]
-        out.append(f"{i}:{s}" if s else f"{i}:''")
-    return out
+    """Axis labels for tokens: `i:text` (plotly merges equal categories; prompts repeat tokens), each shown as the
+    text it decodes to (`token_label`), so an axis never shows 'Ġ'/'Ċ' pieces."""
+    return [f"{i}:{token_label(t)}" for i, t in enumerate(tokens)]
 
 
 def _scale(z: np.ndarray, diverging: bool | None):

@@ -12,13 +12,25 @@ from typing import Sequence
 import numpy as np
 
 from interplab.core.errors import ShapeError
+from interplab.figures.arrays import token_label
 from interplab.figures.models import token_labels
-from interplab.figures.style import (DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style, heatmap_axes,
-                                     log_axis)
+from interplab.figures.style import (DEFAULT_WIDTH, DIVERGING, PROBABILITY, QUALITATIVE, SEQUENTIAL, apply_style,
+                                     heatmap_axes, log_axis)
 
 __all__ = ["patching_figure", "patching_cell", "attribution_scatter", "logit_lens_figure", "dla_figure",
            "attention_heads_figure", "answer_rank_figure", "attribution_rho_figure", "head_frequency_figure",
            "direction_histogram", "logit_effects_figure"]
+
+
+def _unique(labels: list[str]) -> list[str]:
+    """Category labels made unique with zero-width spaces: two vocabulary entries can decode to the same text, and
+    plotly would merge their bars."""
+    seen: dict[str, int] = {}
+    out = []
+    for s in labels:
+        out.append(s + "\u200b" * seen.get(s, 0))
+        seen[s] = seen.get(s, 0) + 1
+    return out
 
 
 def _signed_range(z: np.ndarray) -> float:
@@ -109,6 +121,15 @@ def attribution_scatter(approx, exact, *, title: str | None = None):
     return fig
 
 
+_LENS_CELL_W = 50     # px a 6-character cell label needs at 10 px
+
+
+def _cell(token) -> str:
+    """A logit-lens cell's top token, decoded and cut to 6 characters."""
+    s = token_label(token)
+    return s if len(s) <= 6 else s[:5] + "…"
+
+
 def logit_lens_figure(result, *, value: str = "top1_prob", title: str | None = None):
     """Layer x position heatmap of a LogitLensResult; each cell shows its top-1 token.
     value: "top1_prob", "kl" (KL(final || layer), nats) or "target_prob"."""
@@ -124,13 +145,19 @@ def logit_lens_figure(result, *, value: str = "top1_prob", title: str | None = N
         z, scale, label = result.target_prob, PROBABILITY, f"p({result.target})"
     else:
         raise ShapeError(f"value must be 'top1_prob', 'kl' or 'target_prob', got {value!r}")
-    text = [[row[0] for row in layer] for layer in result.top_tokens]
+    text = [[_cell(row[0]) for row in layer] for layer in result.top_tokens]
     ylabels = [f"L{int(layer)}" for layer in result.layers]
+    n_pos = len(result.tokens)
+    width = max(DEFAULT_WIDTH, min(1400, 60 * n_pos + 200))
+    height = max(300, 40 * len(ylabels) + 160)
+    # a cell's top token is printed only where it fits (6 characters at 10 px, 18 px tall); hover always has it
+    fits = (width - 200) / max(n_pos, 1) >= _LENS_CELL_W and (height - 160) / max(len(ylabels), 1) >= 18
     fig = go.Figure(go.Heatmap(z=z, x=token_labels(result.tokens), y=ylabels, colorscale=scale, text=text,
-                               texttemplate="%{text}", textfont=dict(size=10), colorbar=dict(title=label),
+                               texttemplate="%{text}" if fits else None, textfont=dict(size=10),
+                               colorbar=dict(title=label),
                                hovertemplate="%{y} %{x}<br>top-1 %{text}<br>" + label + " %{z:.3f}<extra></extra>"))
     apply_style(fig, title=title or f"{result.lens.capitalize()} lens · {label}", xaxis="position", yaxis="layer",
-                height=max(300, 40 * len(ylabels) + 160))
+                height=height, width=width)
     heatmap_axes(fig, y_reversed=False)
     fig.update_xaxes(type="category", tickangle=-45)
     fig.update_yaxes(type="category")
@@ -139,7 +166,9 @@ def logit_lens_figure(result, *, value: str = "top1_prob", title: str | None = N
 
 def dla_figure(result, *, title: str | None = None):
     """Mean direct logit attribution: a layer x head heatmap (head labels carry the KV group) and per-layer MLP
-    and attention-bias bars."""
+    bars, with attention-bias bars only where that term is not zero (a model without attention biases, like
+    Llama-style models and Gemma, has none to show). The colourbar sits at the right edge, off both panels'
+    labels; the bar panel shares the heatmap's layer axis."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -147,19 +176,25 @@ def dla_figure(result, *, title: str | None = None):
     L, H = heads.shape
     group = max(1, H // max(1, result.n_kv_heads or H))
     m = _signed_range(heads)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], subplot_titles=("heads", "MLP and attention bias"))
-    fig.add_trace(go.Heatmap(z=heads, x=[f"H{h} (kv{h // group})" for h in range(H)], y=[f"L{i}" for i in range(L)],
-                             colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m, colorbar=dict(title="logit diff", x=0.58),
-                             hovertemplate="%{y} %{x}<br>%{z:.3f}<extra></extra>"), 1, 1)
+    bias = result.attn_bias.mean(0)
+    scale = max(float(np.abs(heads).max()), float(np.abs(result.mlp.mean(0)).max()), 1e-12)
+    show_bias = float(np.abs(bias).max()) > 1e-4 * scale   # float error of the decomposition is ~1e-6
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=("heads", "MLP and attention bias" if show_bias else "MLP"))
     ys = [f"L{i}" for i in range(L)]
-    fig.add_trace(go.Bar(y=ys, x=result.mlp.mean(0), orientation="h", name="MLP", marker_color=QUALITATIVE[0]), 1, 2)
-    fig.add_trace(go.Bar(y=ys, x=result.attn_bias.mean(0), orientation="h", name="attn bias",
-                         marker_color=QUALITATIVE[1]), 1, 2)
-    wrong = f" − {result.wrongs[0]}" if result.wrongs and result.wrongs[0] else ""
-    target = f"{result.answers[0]}{wrong}" if result.answers else ""
+    fig.add_trace(go.Heatmap(z=heads, x=[f"H{h} (kv{h // group})" for h in range(H)], y=ys,
+                             colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m, colorbar=dict(title="logit diff"),
+                             hovertemplate="%{y} %{x}<br>%{z:.3f}<extra></extra>"), 1, 1)
+    fig.add_trace(go.Bar(y=ys, x=result.mlp.mean(0), orientation="h", name="MLP", marker_color=QUALITATIVE[0],
+                         hovertemplate="%{y} MLP %{x:.3f}<extra></extra>"), 1, 2)
+    if show_bias:
+        fig.add_trace(go.Bar(y=ys, x=bias, orientation="h", name="attn bias", marker_color=QUALITATIVE[1]), 1, 2)
+    wrong = f" − {token_label(result.wrongs[0])}" if result.wrongs and result.wrongs[0] else ""
+    target = f"{token_label(result.answers[0])}{wrong}" if result.answers else ""
     apply_style(fig, title=title or f"Direct logit attribution · {target} · total {float(result.total.mean()):.3f}",
-                height=max(320, 40 * L + 160))
+                height=max(320, 28 * L + 160), legend=show_bias)
     fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(tickangle=-45, row=1, col=1)
     return fig
 
 
@@ -212,7 +247,8 @@ def logit_effects_figure(dashboard, *, title: str | None = None):
 
     le = dashboard.logit_effects
     colours = [QUALITATIVE[2] if k == "promoted" else QUALITATIVE[5] for k in le["kind"]]
-    fig = go.Figure(go.Bar(x=le["effect"], y=[repr(str(t))[1:-1] for t in le["token"]], orientation="h",
+    labels = _unique([token_label(t) for t in le["token"]])
+    fig = go.Figure(go.Bar(x=le["effect"], y=labels, orientation="h",
                            marker_color=colours, hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
     apply_style(fig, title=title or "Direct logit effect (v̂ @ W_U)", xaxis="logit per unit norm", yaxis="token",
                 height=max(300, 22 * len(le) + 120))

@@ -6,14 +6,16 @@ from typing import Sequence
 import numpy as np
 
 from interplab.core.errors import ShapeError
+from interplab.figures.arrays import display_tokens, token_label
 from interplab.figures.style import ACCENT, PROBABILITY, apply_style, heatmap_axes
 
 __all__ = ["top_tokens_figure", "attention_figure", "token_labels"]
 
 
 def token_labels(tokens: Sequence[str]) -> list[str]:
-    """Unique axis labels `i:token` (plotly merges duplicate categories, and prompts repeat tokens)."""
-    return [f"{i}:{t}" for i, t in enumerate(tokens)]
+    """Unique axis labels `i:text` (plotly merges duplicate categories, and prompts repeat tokens), each token shown
+    as the text it decodes to (`interplab.figures.arrays.display_tokens`: never a raw 'Ġ'/'Ċ' piece)."""
+    return display_tokens(tokens)
 
 
 def top_tokens_figure(top, *, title: str | None = "Top next tokens"):
@@ -23,7 +25,7 @@ def top_tokens_figure(top, *, title: str | None = "Top next tokens"):
     for col in ("token", "prob"):
         if col not in top.columns:
             raise ShapeError(f"top_tokens_figure needs a '{col}' column; got {list(top.columns)}")
-    labels = [repr(str(t))[1:-1] or "''" for t in top["token"]]
+    labels = [token_label(t) for t in top["token"]]
     fig = go.Figure(go.Bar(
         x=top["prob"].to_numpy(dtype=float), y=labels, orientation="h", marker_color=ACCENT,
         text=[f"{p:.3f}" for p in top["prob"]], textposition="outside", cliponaxis=False,

@@ -6,6 +6,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from interplab.figures.arrays import token_label, token_text
 from interplab.figures.style import QUALITATIVE, SEQUENTIAL, apply_style
 
 METRIC_LABELS = {
@@ -135,9 +136,11 @@ def logit_effects_figure(stats, feature: int, *, title: str | None = None):
     """Top promoted / suppressed tokens of W_dec[feature] @ W_U^T as horizontal bars."""
     import plotly.graph_objects as go
 
-    s = stats.token_strs
-    top = [(s.get(int(i), str(int(i))), float(v)) for i, v in zip(stats.logit_top_ids[feature], stats.logit_top_vals[feature])]
-    bot = [(s.get(int(i), str(int(i))), float(v)) for i, v in zip(stats.logit_bottom_ids[feature], stats.logit_bottom_vals[feature])]
+    s = {k: token_label(v) for k, v in stats.token_strs.items()}
+    top = [(s.get(int(i), str(int(i))), float(v))
+           for i, v in zip(stats.logit_top_ids[feature], stats.logit_top_vals[feature])]
+    bot = [(s.get(int(i), str(int(i))), float(v))
+           for i, v in zip(stats.logit_bottom_ids[feature], stats.logit_bottom_vals[feature])]
     items = bot[::-1] + top[::-1]
     # unique y labels even if a token appears twice
     labels = [f"{t} " if k < len(bot) else t for k, (t, _) in enumerate(items)]
@@ -160,7 +163,7 @@ def special_token_heatmap(stats, *, top: int = 5, title: str = "Special-token fe
             if int(f) not in feats:
                 feats.append(int(f))
     z = S[:, feats] if feats else np.zeros((len(S), 0))
-    ylab = [stats.token_strs.get(int(t), str(int(t))) for t in ids]
+    ylab = [token_label(stats.token_strs.get(int(t), str(int(t)))) for t in ids]
     fig = go.Figure(go.Heatmap(z=z, x=[f"#{f}" for f in feats], y=ylab, colorscale=SEQUENTIAL,
                                hovertemplate="token %{y}<br>feature %{x}<br>score %{z:.3g}<extra></extra>"))
     fig.update_xaxes(type="category")
@@ -199,7 +202,10 @@ def leakage_figure(df, value: str = "rel_l2", *,
 
 
 def context_html(tokens: Sequence[str], acts: Sequence[float], vmax: float | None = None) -> str:
-    """Tokens shaded by activation (inline HTML; used by the feature browser and exported reports)."""
+    """Tokens shaded by activation (inline HTML; used by the feature browser and exported reports). The tokens
+    are written back to back as the text they decode to (no gap between the pieces of a word: "SmolLM", not
+    "Sm ol LM"; spaces are the tokens' own), each shaded box with its activation on hover; a newline is shown as
+    '⏎' and breaks the line."""
     import html
 
     a = np.nan_to_num(np.asarray(acts, dtype=float), nan=0.0)
@@ -207,9 +213,10 @@ def context_html(tokens: Sequence[str], acts: Sequence[float], vmax: float | Non
     parts = []
     for t, v in zip(tokens, a):
         alpha = max(0.0, min(1.0, v / vmax))
-        parts.append(f'<span title="{v:.3g}" style="background: rgba(230,159,0,{alpha:.2f}); padding:1px 2px; '
-                     f'margin:0 1px; border-radius:3px">{html.escape(str(t))}</span>')
-    return "<div style='line-height:1.9; font-family: monospace; font-size: 13px'>" + "".join(parts) + "</div>"
+        text = html.escape(token_text(t)).replace("\n", "⏎<br>")
+        parts.append(f'<span title="{v:.3g}" style="background: rgba(230,159,0,{alpha:.2f})">{text}</span>')
+    return ("<div style='line-height:1.9; font-family: monospace; font-size: 13px; white-space: pre-wrap'>"
+            + "".join(parts) + "</div>")
 
 
 SYNTHETIC_METRICS = {"mcc": "MCC (all true features)", "rec_bos": "recovery: bos (special token)",

@@ -128,11 +128,13 @@ def next_token_report(model, prompt: str, *, layer: int = 0, top_k: int = 10, ed
     probs = torch.softmax(logits, -1)
     p, idx = torch.topk(probs, top_k)
     tok = model.tokenizer
-    tokens = [str(t) for t in tok.convert_ids_to_tokens(ids)]
+    # tokens as the text they stand for (' Paris', not the vocabulary piece 'ĠParis'); `piece` keeps the entry
+    tokens = [tok.decode([int(t)]) for t in ids]
     top = pd.DataFrame({
         "rank": np.arange(top_k),
         "token_id": idx.cpu().numpy().astype(np.int64),
-        "token": [str(t) for t in tok.convert_ids_to_tokens(idx.tolist())],
+        "token": [tok.decode([int(t)]) for t in idx.tolist()],
+        "piece": [str(t) for t in tok.convert_ids_to_tokens(idx.tolist())],
         "prob": p.cpu().numpy().astype(np.float64),
         "logit": logits[idx].cpu().numpy().astype(np.float64),
     })
@@ -153,6 +155,11 @@ def token_steer(model, token: str, layer: int, scale: float):
     ids = model.tokenizer.convert_tokens_to_ids([token])
     unk = getattr(model.tokenizer, "unk_token_id", None)
     if not ids or ids[0] is None or (unk is not None and ids[0] == unk and token != model.tokenizer.unk_token):
-        raise InputError(f"{token!r} is not a token of {model.name}; pick one from the tokenizer's vocabulary")
+        # not a vocabulary piece: the text of one token (' Paris', as the top-token table shows it)
+        try:
+            ids = [model.token_id(token)]
+        except InputError:
+            raise InputError(f"{token!r} is not a token of {model.name}; pick one from the tokenizer's "
+                             "vocabulary (a piece or the text of one token)") from None
     w = model.unembedding()[0][:, ids[0]]
     return Steer(f"resid_post.{int(layer)}", (w / w.norm()).to(torch.float32), scale=float(scale))

@@ -126,7 +126,8 @@ def test_run_next_token_end_to_end_and_export(ckpt, tmp_path, capsys):
     top = res.top
     assert list(top["token_id"]) == idx.tolist()
     np.testing.assert_allclose(top["prob"].to_numpy(), p.numpy(), atol=1e-5)
-    assert list(top["token"]) == tok.convert_ids_to_tokens(idx.tolist())
+    assert list(top["piece"]) == tok.convert_ids_to_tokens(idx.tolist())    # the vocabulary entry
+    assert list(top["token"]) == [tok.decode([i]) for i in idx.tolist()]   # and the text it stands for
 
     pattern = res.pattern
     n = ids.shape[1]

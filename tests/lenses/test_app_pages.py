@@ -97,7 +97,7 @@ def test_direction_page_defaults_and_button(toy_chat):
     at.button(key="dir_go").click().run()
     assert not at.exception, at.exception
     assert {"dir_hist__chart", "dir_logits__chart"} <= set(_charts(at))
-    assert "scale 8.0" in at.code[0].value
+    assert "scale 0.2" in at.code[0].value               # in units of the site's typical norm
     # a collected direction: the shipped SAE's decoder row at its site; its neighbours are the collected directions
     at.selectbox(key="dir_site").set_value("resid_post.1").run()
     at.selectbox(key="dir_source").set_value("a collected direction").run()

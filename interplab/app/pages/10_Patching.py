@@ -10,7 +10,9 @@ from interplab.app.runs_view import show_reopened_run  # noqa: E402
 from interplab.app.widgets import job_panel, page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import attribution_scatter, patching_cell, patching_figure  # noqa: E402
-from interplab.probes.lenses import PATCH_KINDS, compare_to_exact, default_pair, patched_generation  # noqa: E402
+from interplab.figures.arrays import token_label  # noqa: E402
+from interplab.probes.lenses import (PATCH_KINDS, compare_to_exact, default_fact_pair,  # noqa: E402
+                                     patched_generation)
 
 def _fact_study_box() -> None:
     """Saved `lenses-facts` runs (many pairs); drawn last so the interactive heatmap stays the page's first chart."""
@@ -62,14 +64,19 @@ picked = page_model("pt")
 model, model_key, is_new = picked.load(), picked.key, picked.is_new
 show_reopened_run(("patching", "lenses-facts"))   # a saved run reopened from the Runs page
 
-if is_new:  # a new model: new default pair
-    st.session_state["pt_clean"], st.session_state["pt_corrupt"] = default_pair(model)
+if is_new:  # a new model: new default pair, with its answers (" Paris" / " Rome" on a real model)
+    _pair = default_fact_pair(model)
+    st.session_state.update(pt_clean=_pair.clean, pt_corrupt=_pair.corrupt, pt_answer=_pair.answer,
+                            pt_wrong=_pair.wrong)
 
 c1, c2 = st.columns(2)
 with c1:
     clean = st.text_area("Clean prompt", key="pt_clean", height=80)
+    answer = st.text_input("Answer token (clean)", key="pt_answer",
+                           help="metric = logit(answer) − logit(wrong); empty: the clean run's top token")
 with c2:
     corrupt = st.text_area("Corrupted prompt (same number of tokens)", key="pt_corrupt", height=80)
+    wrong = st.text_input("Wrong token (corrupt)", key="pt_wrong", help="empty: the corrupt run's top token")
 c1, c2, c3, c4 = st.columns([3, 1, 1, 1])
 with c1:
     sites = st.multiselect("Sites", list(PATCH_KINDS), default=["resid_pre", "attn_z"], key="pt_sites",
@@ -86,8 +93,8 @@ with c4:
 
 # the `patching` experiment, as `interplab run patching --set ...` runs it: in place when it is quick, else a job
 settings = dict(model=picked.name, backend=picked.backend, device=picked.device, dtype=picked.dtype, clean=clean,
-                corrupt=corrupt, sites=",".join(sites), positions=positions, direction=direction,
-                attribution=method != "exact")
+                corrupt=corrupt, answer=answer, wrong=wrong, sites=",".join(sites), positions=positions,
+                direction=direction, attribution=method != "exact")
 run = job_panel("patching", settings, "pt", model=model, model_key=model_key, label="Run patching",
                 button_key="pt_run", disabled=not sites)
 if run is None:
@@ -113,8 +120,8 @@ exact = run.result("exact")
 approx = run.result(f"attribution_{method}") if f"attribution_{method}" in run.result_names else None
 shown = approx if approx is not None else exact
 first = next(iter(exact.results.values()))
-st.markdown(f"Metric: logit(`{exact.answer}`) − logit(`{exact.wrong}`) · clean **{first.clean_metric:.3f}** · "
-            f"corrupt **{first.corrupt_metric:.3f}**")
+st.markdown(f"Metric: logit(`{token_label(exact.answer)}`) − logit(`{token_label(exact.wrong)}`) · "
+            f"clean **{first.clean_metric:.3f}** · corrupt **{first.corrupt_metric:.3f}**")
 for kind, res in shown.results.items():
     st.subheader(kind)
     pos = None
@@ -140,7 +147,7 @@ with c2:
 with c3:
     n_pos = len(exact[kind].tokens)
     cell_pos = st.selectbox("Position", ["all"] + list(range(n_pos)), index=n_pos, key="pt_cell_pos",
-                            format_func=lambda p: p if p == "all" else f"{p}:{exact[kind].tokens[p]}")
+                            format_func=lambda p: p if p == "all" else f"{p}:{token_label(exact[kind].tokens[p])}")
 with c4:
     head = st.selectbox("Head", ["all"] + list(range(model.n_heads)), key="pt_cell_head",
                         disabled=kind != "attn_z")

@@ -12,7 +12,8 @@ st.set_page_config(page_title="interplab · Direction", page_icon=":microscope:"
 from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import direction_histogram, logit_effects_figure  # noqa: E402
-from interplab.probes.lenses import collect_directions, default_pair, direction_dashboard  # noqa: E402
+from interplab.probes.lenses import collect_directions, default_direction, direction_dashboard  # noqa: E402
+from interplab.probes.lenses.common import fact_token_ids  # noqa: E402
 
 st.title("Direction")
 st.caption("Any direction in the residual stream — an SAE decoder row, a probe weight, a subspace basis vector, a "
@@ -33,7 +34,14 @@ def _registry(_model, key, site: str, extra_key):  # noqa: ARG001 - key / extra_
     if at is not None and at.model == _model.name and at.site == site:
         extra = {f"{k}[{j}] (this session's atlas)": b[:, j] for k, b in at.directions.items() if k != "sae"
                  for j in range(b.shape[1])}
-    return collect_directions(_model, site, unembedding=64, extra=extra)
+    # words' unembeddings (the default facts' countries and capitals): a real vocabulary's first ids are special and
+    # byte tokens with near-identical unembeddings, which made every neighbour the same cosine
+    return collect_directions(_model, site, unembedding=fact_token_ids(_model) or 64, extra=extra)
+
+
+@st.cache_data(show_spinner="Reading the model's default direction...", max_entries=8)
+def _defaults(_model, key):  # noqa: ARG001 - key: cache key
+    return default_direction(_model)
 
 
 @st.cache_data(show_spinner="Fitting the Truth-Score probe of that head...", max_entries=16)
@@ -51,6 +59,7 @@ with c1:
                         key="dir_site")
 at = st.session_state.get("at_result")
 registry = _registry(model, model_key, site, (id(at), getattr(at, "site", "")))
+defaults = _defaults(model, model_key)
 collected = [n for n, src in zip(registry.names, registry.sources) if src != "unembedding"]
 with c2:
     sources = ["unembedding of a token", "a collected direction", "Truth-Score probe of a head", "upload .npy"]
@@ -84,19 +93,25 @@ with c3:
         if not collected:
             st.caption("Nothing collected at this site yet: train an SAE, or run the atlas or decodeshare.")
     else:
-        answer = model.generate([default_pair(model)[0]], max_new_tokens=1).new_tokens[0][0]
-        tok = st.text_input("Token", value=model.tokenizer.decode([answer]).strip(), key="dir_token")
-        ids = model.tokenizer(tok, add_special_tokens=False)["input_ids"] if tok else []
-        vec = W_U[:, ids[0]].numpy() if len(ids) == 1 else None
-        vec_name = None
-steer_prompt = st.text_input("Steering prompt", value=default_pair(model)[1], key="dir_steer_prompt")
-scales = st.multiselect("Steering scales", [0.0, 2.0, 4.0, 8.0, 16.0], default=[0.0, 4.0, 8.0], key="dir_scales")
+        tok = st.text_input("Token", value=defaults.token, key="dir_token",
+                            help="one token's text, leading space included (' Paris' is the word after a space)")
+        try:
+            tid = model.token_id(tok) if tok else None
+        except InterplabError as exc:
+            st.caption(str(exc))
+            tid = None
+        vec = W_U[:, tid].numpy() if tid is not None else None
+        vec_name = None if tid is None else f"unembed {tid}:{model.tokenizer.decode([tid]).strip()}"
+steer_prompt = st.text_input("Steering prompt", value=defaults.steer_prompt, key="dir_steer_prompt")
+scales = st.multiselect("Steering scales (× the site's typical activation norm)",
+                        [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0],
+                        default=list(defaults.scales), key="dir_scales")
 
 if st.button("Build dashboard", key="dir_go", type="primary", disabled=vec is None):
-    prompts = [default_pair(model, seed=s)[0] for s in range(16)]
     try:
         with st.spinner("Reading the direction..."):
-            dash = direction_dashboard(model, vec, site, prompts, steer_prompt=steer_prompt, steer_scales=scales)
+            dash = direction_dashboard(model, vec, site, list(defaults.prompts), steer_prompt=steer_prompt,
+                                       steer_scales=scales, relative_scales=True)
             dash.neighbours = registry.neighbours(vec, k=15, exclude=vec_name)
             st.session_state["dir_result"] = dash
     except InterplabError as exc:
@@ -113,9 +128,9 @@ with left:
 with right:
     show_figure(logit_effects_figure(dash), key="dir_logits")
     st.markdown(f"**Cosine neighbours** among {len(registry)} directions collected for this model at {dash.site} "
-                "(SAE decoder rows, saved atlas / decodeshare runs, this session's atlas, the first 64 tokens' "
-                "unembeddings)")
+                "(SAE decoder rows, saved atlas / decodeshare runs, this session's atlas, the unembeddings of the "
+                "default facts' countries and capitals)")
     st.dataframe(dash.neighbours.round(4), hide_index=True, key="dir_neigh")
 if dash.steering:
-    st.markdown("**Steering preview**")
+    st.markdown(f"**Steering preview** (scale 1 = the typical norm at {dash.site}, {dash.steer_unit:.1f})")
     st.code("\n".join(f"scale {k}: {v}" for k, v in dash.steering.items()), language=None)

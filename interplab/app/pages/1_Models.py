@@ -12,8 +12,10 @@ from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.interventions import Ablate  # noqa: E402
 from interplab.models.lab_model import unknown_token_message  # noqa: E402
+from interplab.probes.lenses import default_fact_pair  # noqa: E402
 from interplab.probes.next_token import (model_summary, next_token_report, prompt_input, suggest_chat,  # noqa: E402
                                          suggest_prompt, token_steer)
+from interplab.figures.arrays import token_label  # noqa: E402
 from interplab.figures.models import attention_figure, top_tokens_figure  # noqa: E402
 
 st.title("Models")
@@ -76,7 +78,11 @@ if model.chat_default:
         system = s2.text_input("System turn (the task instruction for the toy organisms)", value=sys_default,
                                key="models_system")
 else:
-    user_default = suggest_prompt(model)
+    # a real base model opens on a fact whose next token is its answer (" Paris"); a bare fragment such as "the cat
+    # sat on the" puts Gemma-3's <start_of_image> on top, as plain transformers does on the same weights
+    # (docs/real_models.md, "Reading a base model")
+    _pair = default_fact_pair(model)
+    user_default = _pair.clean if _pair.answer else suggest_prompt(model)
 c1, c2, c3, c4 = st.columns([4, 1, 1, 1])
 with c1:
     prompt = st.text_input("Prompt" if not model.chat_default else "User turn", value=user_default,
@@ -102,10 +108,11 @@ except InterplabError as exc:
     st.error(f"Cannot run this prompt: {exc}")
     st.stop()
 
-st.markdown(f"**Tokens ({len(res.tokens)}):** " + " ".join(f"`{t}`" for t in res.tokens))
+st.markdown(f"**Tokens ({len(res.tokens)}):** " + " ".join(f"`{token_label(t)}`" for t in res.tokens))
 left, right = st.columns([2, 3])
 with left:
-    st.markdown(f"**Top next tokens** — top token `{res.top.iloc[0]['token']}`, p = {res.top.iloc[0]['prob']:.4f}")
+    st.markdown(f"**Top next tokens** — top token `{token_label(res.top.iloc[0]['token'])}`, "
+                f"p = {res.top.iloc[0]['prob']:.4f}")
     st.dataframe(res.top.assign(prob=res.top["prob"].round(4), logit=res.top["logit"].round(3)),
                  hide_index=True, key="top_tokens_table")
 with right:
@@ -152,7 +159,7 @@ except (InterplabError, ValueError) as exc:
     st.stop()
 if edits:
     top1 = edited.top.iloc[0]
-    st.markdown(f"**Top next tokens under the edit** ({edit_label}) — top token `{top1['token']}`, "
+    st.markdown(f"**Top next tokens under the edit** ({edit_label}) — top token `{token_label(top1['token'])}`, "
                 f"p = {top1['prob']:.4f}")
     st.dataframe(edited.top.assign(prob=edited.top["prob"].round(4), logit=edited.top["logit"].round(3)),
                  hide_index=True, key="edited_tokens_table")

@@ -47,12 +47,14 @@ org_g = _organism_grammar(model)
 TRAINING = "model's training grammar"
 sources = ([TRAINING] if org_g is not None else []) + sorted(EXAMPLES) + ["custom (edit rules)"]
 # a newly picked PCFG organism brings its own grammar (grammar_of reads its grammar.json)
+# any other model opens on toy-english: its samples are sentences with nested phrases, where the first example
+# alphabetically ("hand") samples "a a a" with one parse of p = 1, which shows nothing
+DEFAULT_EXAMPLE = "toy-english"
 if st.session_state.get("pcfg_grammar_for") != name:
     st.session_state["pcfg_grammar_for"] = name
-    if org_g is not None:
-        st.session_state["pcfg_source"] = TRAINING
+    st.session_state["pcfg_source"] = TRAINING if org_g is not None else DEFAULT_EXAMPLE
 if st.session_state.get("pcfg_source") not in sources:
-    st.session_state["pcfg_source"] = sources[0]
+    st.session_state["pcfg_source"] = TRAINING if org_g is not None else DEFAULT_EXAMPLE
 with st.sidebar:
     st.subheader("Grammar")
     src = st.selectbox("Grammar", sources, key="pcfg_source")

@@ -159,7 +159,7 @@ def _planted_inputs(model, inp: AtlasInputs, ctx: AtlasContext) -> None:
 def _toy_inputs(model, inp: AtlasInputs, ctx: AtlasContext) -> None:
     """A zoo organism or any model: the lens pair and each method's data (CtxMem verification items, multitask
     decode prompts, toy concept pairs, ...), each where the model's vocabulary has them."""
-    from interplab.probes.lenses.common import default_pair
+    from interplab.probes.lenses.common import default_fact_pair, default_pair
 
     parts = atlas_parts()
     inp.pair = default_pair(model, seed=ctx.seed)
@@ -169,7 +169,9 @@ def _toy_inputs(model, inp: AtlasInputs, ctx: AtlasContext) -> None:
             if got is not None:
                 inp.data[part.method] = {**part.fields, **got}
     texts = [default_pair(model, seed=s)[0] for s in range(16)]
-    if len(set(map(str, texts))) <= 1:   # one pair for every seed: a method's data gives the texts instead
+    # one pair for every seed, or a real model's fact pairs (16 copies of one template, varying in one word): a
+    # method's data gives the texts instead
+    if len(set(map(str, texts))) <= 1 or default_fact_pair(model).answer:
         texts = next((x for x in (p.fallback_texts(inp.method_data(p)) for p in parts if p.fallback_texts) if x), [])
     inp.texts = texts or list(inp.pair)
 

@@ -102,11 +102,43 @@ def check_kinds(kinds: Sequence[str]) -> list[str]:
 FALLBACK_PAIR = ("The capital of France is", "The capital of Italy is")
 
 
+# Public world facts (country, capital) for the real-model default pairs: each word is one token (with its leading
+# space) in SmolLM2's and Gemma-3's tokenizers (tests/real_models/test_real_defaults.py), so the clean and
+# corrupt prompts have equal lengths and the metric is the logit difference of two single-token answers.
+CAPITALS = (("France", "Paris"), ("Italy", "Rome"), ("Germany", "Berlin"), ("Spain", "Madrid"),
+            ("Japan", "Tokyo"), ("Russia", "Moscow"), ("China", "Beijing"), ("Egypt", "Cairo"),
+            ("Greece", "Athens"), ("Austria", "Vienna"), ("Poland", "Warsaw"), ("Portugal", "Lisbon"),
+            ("England", "London"), ("Norway", "Oslo"), ("Ireland", "Dublin"), ("Canada", "Ottawa"))
+# the half-written sentence whose next token is the capital, for a model read as plain text (a base model)
+TEXT_TEMPLATE = "The capital of {country} is the city of"
+CHAT_QUESTION = "What is the capital of {country}?"
+CHAT_ANSWER = "The capital of {country} is"
+
+
+@dataclass(frozen=True)
+class FactPair:
+    """A clean / corrupt prompt pair and the metric's tokens: answer (clean) and wrong (corrupt); "" = the two
+    runs' top tokens (the toy-organism and small-vocabulary defaults)."""
+
+    clean: str
+    corrupt: str
+    answer: str = ""
+    wrong: str = ""
+
+
 def default_pair(model, seed: int = 0) -> tuple[str, str]:
-    """A meaningful clean / corrupt pair for `model`: on the toy organisms (`speaks_toy_vocab`) a CtxMem recall
-    prompt whose context value of the queried entity is swapped (so the answer flips from the clean value to the
-    corrupt one); on real models "The capital of France / Italy is"; on a small vocabulary that knows neither, five
-    of its own words."""
+    """(clean, corrupt) of `default_fact_pair(model, seed)`."""
+    pair = default_fact_pair(model, seed)
+    return pair.clean, pair.corrupt
+
+
+def default_fact_pair(model, seed: int = 0) -> FactPair:
+    """A meaningful clean / corrupt pair for `model`: on the toy organisms (`speaks_toy_vocab`) a CtxMem recall prompt
+    whose context value of the queried entity is swapped (so the answer flips from the clean value to the corrupt
+    one); on a real model two public facts, "The capital of France / Italy is the city of" -> " Paris" / " Rome"
+    (seed s: the s-th fact of `CAPITALS` against the next one), as an assistant's half-written answer on a chat
+    model (an instruction-tuned model reads a plain string as a user turn and would answer it with the same first
+    token for both) and as plain text otherwise; on a small vocabulary that knows neither, five of its own words."""
     from interplab.data import toy_vocab
     from interplab.data.ctxmem import CtxMem
 
@@ -121,23 +153,40 @@ def default_pair(model, seed: int = 0) -> tuple[str, str]:
                      and x not in dict(ex.meta["pairs"]).values())
         corrupt = clean.replace(f"{e} {v}", f"{e} {other}", 1)
         if len(prompt_ids(model, clean)) == len(prompt_ids(model, corrupt)):
-            return clean, corrupt
+            return FactPair(clean, corrupt)
     if unk is not None and unk in tok(" ".join(FALLBACK_PAIR), add_special_tokens=False)["input_ids"]:
-        return _vocabulary_pair(tok, seed)
-    if getattr(model, "chat_default", False) and getattr(tok, "chat_template", None):
-        # an instruction-tuned model reads a plain string as a user turn and would answer it ("The capital of ...",
-        # the same first token for both); the pair is the assistant's half-written answer, so the next token is
-        # the capital itself (" Paris" / " Rome" on SmolLM2-135M-Instruct)
-        pair = []
-        for country in ("France", "Italy"):
-            head = tok.apply_chat_template([{"role": "user", "content": f"What is the capital of {country}?"}],
-                                           add_generation_prompt=True, tokenize=False)
-            pair.append(f"{head}The capital of {country} is")
-        if len(prompt_ids(model, pair[0])) == len(prompt_ids(model, pair[1])):
-            return pair[0], pair[1]
-    return FALLBACK_PAIR
+        return FactPair(*_vocabulary_pair(tok, seed))
+    facts = [f for f in CAPITALS if all(_one_token(tok, " " + w) for w in f)]
+    if len(facts) < 2:
+        return FactPair(*FALLBACK_PAIR)
+    i = int(seed) % len(facts)       # seeds 0..15: 16 different clean prompts (the Direction page's contexts)
+    (c1, a1), (c2, a2) = facts[i], facts[(i + 1) % len(facts)]
+    chat = bool(getattr(model, "chat_default", False) and getattr(tok, "chat_template", None))
+    clean, corrupt = (_fact_prompt(tok, c, chat) for c in (c1, c2))
+    if len(prompt_ids(model, clean)) != len(prompt_ids(model, corrupt)):
+        return FactPair(*FALLBACK_PAIR)
+    return FactPair(clean, corrupt, " " + a1, " " + a2)
 
 
+def fact_token_ids(model) -> list[int]:
+    """Token ids of the countries and capitals of `CAPITALS` that are one token in `model`'s vocabulary (with the
+    leading space): words whose unembeddings are distinct directions, for the Direction page's neighbours."""
+    tok = model.tokenizer
+    unk = getattr(tok, "unk_token_id", None)
+    ids = [tok(" " + w, add_special_tokens=False)["input_ids"] for f in CAPITALS for w in f]
+    return list(dict.fromkeys(int(i[0]) for i in ids if len(i) == 1 and i[0] != unk))
+
+
+def _one_token(tok, text: str) -> bool:
+    return len(tok(text, add_special_tokens=False)["input_ids"]) == 1
+
+
+def _fact_prompt(tok, country: str, chat: bool) -> str:
+    if not chat:
+        return TEXT_TEMPLATE.format(country=country)
+    head = tok.apply_chat_template([{"role": "user", "content": CHAT_QUESTION.format(country=country)}],
+                                   add_generation_prompt=True, tokenize=False)
+    return head + CHAT_ANSWER.format(country=country)
 
 
 def _vocabulary_pair(tok, seed: int) -> tuple[str, str]:

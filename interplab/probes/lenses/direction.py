@@ -32,7 +32,11 @@ class DirectionDashboard(Result):
     logit_effects: the tokens most promoted / suppressed by v_hat read directly through the unembedding
         (v_hat @ W_U, no final norm: the direction's direct effect per unit of norm).
     neighbours: cosine similarity with each other named direction (same d_model), largest |cos| first.
-    steering: scale -> greedy continuation of `steer_prompt` with scale * v_hat added at `site` (scale 0 = none).
+    steering: scale -> greedy continuation of `steer_prompt` with scale * steer_unit * v_hat added at `site`
+        (scale 0 = none).
+    steer_unit: the norm one steering scale stands for: 1 (absolute scales) or the typical norm of the site's
+        activations over the prompts (`interplab.core.scale`, sink positions left out), so "scale 1" adds as much
+        as an ordinary token's whole residual stream carries.
     """
 
     site: str
@@ -43,6 +47,7 @@ class DirectionDashboard(Result):
     neighbours: "pd.DataFrame"  # noqa: F821
     steering: dict = field(default_factory=dict)
     model: str = ""
+    steer_unit: float = 1.0
 
     def __post_init__(self):
         self.activations = np.asarray(self.activations, np.float64).reshape(-1)
@@ -54,8 +59,10 @@ class DirectionDashboard(Result):
 def direction_dashboard(model, vector, site: str, prompts: Sequence[str], *, others: dict | None = None,
                         top_k: int = 20, n_logits: int = 10, steer_prompt: str | None = None,
                         steer_scales: Sequence[float] = (0.0, 4.0, 8.0), max_new_tokens: int = 8,
-                        window: int = 6, edits=None) -> DirectionDashboard:
-    """Build the dashboard of `vector` ([d_model]) at residual-stream site `site` over `prompts`."""
+                        window: int = 6, edits=None, relative_scales: bool = False) -> DirectionDashboard:
+    """Build the dashboard of `vector` ([d_model]) at residual-stream site `site` over `prompts`.
+    relative_scales: the steering scales are multiples of the site's typical activation norm over `prompts`
+    (a real model's residual stream is tens to hundreds of units long, so an absolute 8 moves nothing)."""
     import pandas as pd
 
     s = model.site(site)
@@ -99,9 +106,49 @@ def direction_dashboard(model, vector, site: str, prompts: Sequence[str], *, oth
         order = neighbours.cosine.abs().sort_values(ascending=False).index
         neighbours = neighbours.reindex(order).reset_index(drop=True)
     steering = {}
+    unit = 1.0
+    if relative_scales:
+        from interplab.core.scale import activation_scale
+
+        unit = activation_scale(x[real]).typical
     if steer_prompt:
         for sc in steer_scales:
-            e = Steer(site, u.to(model.dtype), scale=float(sc))
+            e = Steer(site, u.to(model.dtype), scale=float(sc) * unit)
             steering[str(float(sc))] = model.generate([steer_prompt], max_new_tokens=max_new_tokens,
                                                       edits=list(edits or []) + [e]).text[0]
-    return DirectionDashboard(site, norm, proj[real].numpy(), top, logit_effects, neighbours, steering, model.name)
+    return DirectionDashboard(site, norm, proj[real].numpy(), top, logit_effects, neighbours, steering, model.name,
+                              unit)
+
+
+@dataclass(frozen=True)
+class DirectionDefaults:
+    """What the Direction page opens on: the unembedding direction of `token` (the clean answer of the model's
+    default fact pair, " Paris" on a real model) at `site` (the last layer's resid_post), read over the clean
+    prompts of 16 different default pairs, and steered on the corrupt prompt (whose answer is " Rome"), with
+    `scales` in units of the site's typical norm: the steering turns the corrupt prompt's answer into the token (on
+    SmolLM2 at resid_post.29, typical norm ~800: 0.1 leaves " Rome", 0.2 and 0.3 say " Paris", 0.5 and more
+    give garbage; tests/real_models/test_real_defaults.py)."""
+
+    site: str
+    token: str
+    token_id: int
+    vector: np.ndarray
+    prompts: tuple
+    steer_prompt: str
+    scales: tuple = (0.0, 0.1, 0.2, 0.3)
+
+
+def default_direction(model) -> DirectionDefaults:
+    """The Direction page's defaults for `model` (see DirectionDefaults); on a toy organism the token is the clean
+    prompt's own greedy answer."""
+    from interplab.probes.lenses.common import default_fact_pair
+
+    pair = default_fact_pair(model)
+    if pair.answer:
+        tid = model.token_id(pair.answer)
+    else:
+        tid = int(model.generate([pair.clean], max_new_tokens=1).new_tokens[0][0])
+    W_U, _ = model.unembedding()
+    prompts = tuple(dict.fromkeys(default_fact_pair(model, seed=s).clean for s in range(16)))
+    return DirectionDefaults(f"resid_post.{model.n_layers - 1}", model.tokenizer.decode([tid]), tid,
+                             W_U[:, tid].numpy(), prompts, pair.corrupt)

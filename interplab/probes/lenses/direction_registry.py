@@ -169,12 +169,13 @@ def _spiral_vectors(path: Path, tag: str, site: str, add, skipped: dict) -> None
         skipped[str(path)] = str(exc).split("\n")[0]
 
 
-def collect_directions(model, site: str, *, runs: bool = True, saes: bool = True, unembedding: int = 0,
+def collect_directions(model, site: str, *, runs: bool = True, saes: bool = True, unembedding=0,
                        extra: dict | None = None, root=None) -> DirectionRegistry:
     """Gather the named directions of `model` at `site` (see the module docstring). unembedding: also add the
-    unembedding columns of the first that many token ids. extra: {name: [d_model] vector} added as "user".
-    root: the results root of the runs (default $INTERPLAB_HOME). Folders that cannot be read are listed in
-    `skipped` with the reason, never raised."""
+    unembedding columns of the first that many token ids, or of the given token ids (a real vocabulary's first ids
+    are special and byte tokens whose unembeddings are near-identical: give words, e.g. `fact_token_ids`). extra:
+    {name: [d_model] vector} added as "user". root: the results root of the runs (default $INTERPLAB_HOME). Folders
+    that cannot be read are listed in `skipped` with the reason, never raised."""
     names, sources, origins, vecs, skipped = [], [], [], [], {}
     d = model.d_model
 
@@ -197,10 +198,12 @@ def collect_directions(model, site: str, *, runs: bool = True, saes: bool = True
                     add(f"SAE {sd.name} #{i}", "sae", str(sd), row)
     if runs:
         _from_runs(model, site, add, skipped, root)
-    if unembedding:
+    if unembedding is not None and (not isinstance(unembedding, int) or unembedding > 0):
         W_U, _ = model.unembedding()
         W_U = W_U.detach().double().cpu().numpy()
-        for t in range(min(int(unembedding), W_U.shape[1])):
+        ids = (range(min(int(unembedding), W_U.shape[1])) if isinstance(unembedding, int)
+               else [int(t) for t in unembedding if 0 <= int(t) < W_U.shape[1]])
+        for t in ids:
             add(f"unembed {t}:{model.tokenizer.decode([t]).strip()}", "unembedding", "model", W_U[:, t])
     for name, v in (extra or {}).items():
         add(str(name), "user", "caller", v)

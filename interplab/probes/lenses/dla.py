@@ -1,13 +1,15 @@
 """Direct logit attribution (DLA): each head's and each MLP's direct contribution to a logit or logit difference.
 
-The final residual stream at the read position is a sum of components: the embeddings (resid_pre.0), for every
-layer each query head's output z_h @ W_O[h] (from attn_z and `model.attention_weights()`), the attention output's
-bias (attn_out minus the heads' sum), and the MLP output. As TransformerLens does (`apply_ln_to_stack`), the final
-norm's scale is frozen at its value on the real residual stream, so the norm becomes linear: a component c
-contributes ((c - mean(c)) for LayerNorm, or c for RMSNorm) / scale . (gamma * u), with u = W_U[:, answer] -
-W_U[:, wrong]; the norm's bias and the unembedding bias form one constant term. The contributions then sum exactly
-to the model's logit difference (the test checks it to 1e-4 in float32). Heads are query heads; under GQA, head h
-reads KV group h // (n_heads / n_kv_heads), shown in `to_frame`.
+The final residual stream at the read position is a sum of components: the embeddings (resid_pre.0), for every layer
+each query head's output z_h @ W_O[h] (from attn_z and `model.attention_weights()`), the attention output's bias
+(attn_out minus the heads' sum), and the MLP output. On Gemma-2/3 the heads' sum passes a post-attention norm before
+it is added (attn_out is that norm's output): its scale is frozen too (`post_attention_scale`), so the heads carry
+their share of attn_out and the attention-bias term is zero, as the model has no bias. As TransformerLens does
+(`apply_ln_to_stack`), the final norm's scale is frozen at its value on the real residual stream, so the norm
+becomes linear: a component c contributes ((c - mean(c)) for LayerNorm, or c for RMSNorm) / scale . (gamma * u),
+with u = W_U[:, answer] - W_U[:, wrong]; the norm's bias and the unembedding bias form one constant term. The
+contributions then sum exactly to the model's logit difference (the test checks it to 1e-4 in float32). Heads are
+query heads; under GQA, head h reads KV group h // (n_heads / n_kv_heads), shown in `to_frame`.
 
     >>> from interplab.probes.lenses import direct_logit_attribution
     >>> dla = direct_logit_attribution(model, prompts, answer=" Paris", wrong=" Rome")
@@ -104,6 +106,40 @@ def frozen_norm(model, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tor
     return scale, gamma, beta, centred
 
 
+def post_attention_scale(model, raw: torch.Tensor) -> torch.Tensor | None:
+    """[n, L, d] factors of a post-attention RMSNorm frozen at the heads' summed output raw [n, L, d] (Gemma-2/3's
+    "sandwich" norm, whose output is attn_out), or None for a model without one. Frozen like the final norm, the
+    norm is linear, so each head's write times the factor is its share of attn_out, and the heads sum to attn_out
+    instead of leaving the norm's effect in the attention-bias term. Checked against the module's own output."""
+    from interplab.models.layout import get_module, paths_for
+
+    hf = getattr(model, "hf_model", None)
+    try:
+        paths = paths_for(hf)
+    except Exception:   # noqa: BLE001 - a model without a module map has no sandwich norm to fold
+        return None
+    if hf is None or paths.attn_out is None:
+        return None
+    out = torch.empty_like(raw)
+    for layer in range(raw.shape[1]):
+        norm = get_module(hf, f"{paths.layers}.{layer}.{paths.attn_out}")
+        norm = getattr(norm, "original_component", None) or norm
+        w = getattr(norm, "weight", None)
+        if w is None:
+            return None
+        gamma = w.detach().double().cpu()
+        gamma = 1.0 + gamma if type(norm).__name__.startswith("Gemma") else gamma
+        eps = float(getattr(norm, "eps", None) or getattr(norm, "variance_epsilon", None) or 1e-6)
+        x = raw[:, layer]
+        factor = gamma / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        with torch.no_grad():
+            ref = norm(x.to(device=w.device, dtype=w.dtype)).double().cpu()
+        if not torch.allclose(x * factor, ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max())):
+            return None   # not an RMSNorm of this form: leave the heads unscaled (the rest stays a remainder)
+        out[:, layer] = factor
+    return out
+
+
 def direct_logit_attribution(model, prompts, answer, wrong=None, *, edits=None) -> DLAResult:
     """DLA of logit[answer] - logit[wrong] (or logit[answer]) at each prompt's last real token.
 
@@ -132,6 +168,9 @@ def direct_logit_attribution(model, prompts, answer, wrong=None, *, edits=None) 
 
     z = torch.stack([last[f"attn_z.{layer}"] for layer in range(L)], 1)  # [n, L, H, d_head]
     head_out = torch.einsum("nlhe,lhed->nlhd", z, W_O)  # [n, L, H, d_model]
+    post = post_attention_scale(model, head_out.sum(2))
+    if post is not None:   # Gemma's sandwich norm: each head's write passes the frozen post-attention norm
+        head_out = head_out * post[:, :, None, :]
     attn_out = torch.stack([last[f"attn_out.{layer}"] for layer in range(L)], 1)
     mlp = torch.stack([last[f"mlp_out.{layer}"] for layer in range(L)], 1)
     const = (beta * u).sum(-1)

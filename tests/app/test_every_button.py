@@ -33,6 +33,11 @@ def _home(tmp_path, monkeypatch):
     # runs, SAEs and caches written by the clicks go to a temporary interplab home, never the user's
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("INTERPLAB_DEFAULT_MODEL", raising=False)
+    yield
+    from interplab import jobs
+
+    for job in jobs.list_jobs(active=True):      # a clicked launch button started a job: stop it with the test
+        jobs.cancel(job.id)
 
 
 def _open(page: str, path: tuple[str, ...]) -> AppTest:

@@ -228,7 +228,7 @@ def loaded_model_job(experiment: str, result: str, key: str, *, picked, model, s
                      saved_label: str = "Saved run", saved_key: str | None = None, hint: str = ""):
     """The page's headline experiment on the loaded model: its settings as `interplab run` takes them, the job
     panel (size, estimate, launch, progress, cancel), and its `result` when the job has landed; else a saved run to
-    open, each labelled with its model, with a warning when it is another model's. Returns (result, run model,
+    open, each labelled with its model, with a notice when it is another model's. Returns (result, run model,
     LoadedRun) or (None, None, None). saved_key: the saved-run picker's widget key (default `<key>_saved`)."""
     from interplab.app.widgets import saved_result, validity_panel
 

@@ -124,3 +124,33 @@ def test_hyperfitting_hyperfits_the_loaded_model_then_measures_it(launched, ckpt
     exp, cfg, _ = _launch(at, "geo_job", launched)
     assert exp == "hyperfit-geometry" and cfg.base == ckpt and cfg.targets[0].endswith("/checkpoint")
     assert "geo_pr__chart" in [c.key for c in at.get("plotly_chart")]     # the sidebar's model measured in place
+
+
+@pytest.mark.slow
+def test_the_geometry_job_really_runs_and_lands_on_the_hyperfitting_page(tmp_path, monkeypatch, ckpt):
+    """End to end, unstubbed: the launch starts a job process (`interplab.jobs`, submitit's local executor), the
+    page follows it, and its run's result is drawn on the page when it lands."""
+    import os
+    import time
+
+    from interplab import jobs
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", ckpt)
+    monkeypatch.setenv("INTERPLAB_INLINE_MAX_S", "0")
+    monkeypatch.setenv("INTERPLAB_JOB_TIME_BUDGET_S", str(10 ** 9))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    at = _open("6_Hyperfitting.py")
+    at.text_input(key="geo_b_path").input(ckpt).run()          # B: a checkpoint of A's shape (here A itself)
+    at.button(key="geo_job__go").click().run()
+    assert not at.exception, at.exception
+    t0 = time.monotonic()
+    while "geo_job_pr__chart" not in [c.key for c in at.get("plotly_chart")]:
+        assert time.monotonic() - t0 < 240, "the geometry job did not land on the page"
+        time.sleep(1.0)
+        at.run()
+        assert not at.exception, at.exception
+    done = jobs.list_jobs()
+    assert len(done) == 1 and done[0].state == "complete" and done[0].record.experiment == "hyperfit-geometry"

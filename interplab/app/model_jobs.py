@@ -123,17 +123,17 @@ def _rows_size(model, unit: str, units: int, *, prompt_tokens: float, forwards: 
 
 
 def _fact_rows(cfg, model) -> tuple[int, list]:
-    """(facts, their probe rows) of a world-facts Truth-Score run; `known=compute` sizes on every fact."""
+    """(facts, their probe rows) of a world-facts Truth-Score run: the facts `cfg.known` keeps (as the experiment
+    filters them); `known=compute` sizes on every fact (which it keeps is known only after answering them)."""
+    from interplab.data.world_facts import counterfactual_items, load_facts, load_known
     from interplab.probes.truth.facts_map import fact_probe_rows
 
-    if cfg.known == "compute":
-        from interplab.data.world_facts import counterfactual_items, load_facts
-
-        items = counterfactual_items(load_facts(), seed=cfg.data_seed, distractor=cfg.distractors)
-    else:
-        from interplab.experiments.truth_scores import _known_items
-
-        items = _known_items(cfg, model)
+    facts = load_facts()
+    items = counterfactual_items(facts, seed=cfg.data_seed, distractor=getattr(cfg, "distractors", True))
+    if cfg.known not in ("compute", "all"):
+        source = run_model_name({f: getattr(cfg, f, None) for f in MODEL_FIELDS}) or ""
+        keep = load_known(source if cfg.known == "shipped" else cfg.known, facts).to_numpy()
+        items = [it for it, k in zip(items, keep) if k]
     items = items[:cfg.n_facts] if getattr(cfg, "n_facts", 0) else items
     return len(items), fact_probe_rows(model, items, seed=cfg.data_seed)
 

@@ -34,9 +34,15 @@ def _home(tmp_path, monkeypatch):
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("INTERPLAB_DEFAULT_MODEL", raising=False)
     yield
+    _stop_jobs()
+
+
+def _stop_jobs() -> None:
+    """A clicked launch button started a job: stop it (a fresh page would find it running and disable the button;
+    nor may it outlive the test)."""
     from interplab import jobs
 
-    for job in jobs.list_jobs(active=True):      # a clicked launch button started a job: stop it with the test
+    for job in jobs.list_jobs(active=True):
         jobs.cancel(job.id)
 
 
@@ -110,6 +116,7 @@ def test_every_button(page):
         at = _open(page, path)
         at.button(key=key).click().run()
         _check(at, page, path + (key,))
+        _stop_jobs()
         clicked.append(path + (key,))
         if len(path) + 1 < MAX_DEPTH:
             for k in _buttons(at):

@@ -100,10 +100,14 @@ if name_b is None:
     st.stop()
 
 with st.expander("The documented geometry run (`hyperfit-geometry`) of A against B, as a job"):
-    from interplab.experiments.hyperfit import _artifact_tag  # noqa: E402 - how the run names its result
+    import re  # noqa: E402
+
     from interplab.figures.geometry import pr_by_layer_figure  # noqa: E402
 
-    full, _, _ = loaded_model_job("hyperfit-geometry", f"geometry_{_artifact_tag(name_b)}", "geo_job", picked=picked,
+    # the result's name, as hyperfit-geometry writes it: geometry_<the target folder's name, filename-safe>
+    tag = re.sub(r"[^A-Za-z0-9._+=-]+", "_", name_b.rstrip("/").rsplit("/", 1)[-1].replace("zoo:", ""))
+    full, _, _ = loaded_model_job("hyperfit-geometry", f"geometry_{tag.lstrip('.-') or 'target'}", "geo_job",
+                                  picked=picked,
                                   model=model_a, label="Run hyperfit-geometry", saved_label="Saved geometry run",
                                   settings=model_settings("hyperfit-geometry", picked, "base", targets=name_b))
     if full is not None:

@@ -285,7 +285,8 @@ def _committed_duration(experiment: str, model_name: str) -> tuple[float, str] |
 def _estimate_sized(experiment: str, overrides: dict, model, model_key, size_fn):
     """An experiment without a declared size: `size_fn` sizes it; the estimate is, best first, the user's earlier
     runs on this model, the committed run on this model (its whole wall time: loading, every fit and null, on one
-    thread of a 2-core machine), else a calibrated forward for the counted forwards only (a lower bound)."""
+    thread of a 2-core machine), else a calibrated forward for the counted forwards only (a lower bound: probe
+    fits, permutation nulls and backward passes come on top)."""
     from interplab import jobs
     from interplab.app.model_jobs import MODEL_FIELDS, run_model_name
     from interplab.experiments.registry import resolve_config
@@ -306,7 +307,7 @@ def _estimate_sized(experiment: str, overrides: dict, model, model_key, size_fn)
                            est.budget_s)
         elif size is not None and size.flops and model is not None:
             est = jobs.estimate(experiment, size, model=name, loaded=model)
-            est = Estimate(est.seconds, est.source + "; forwards only, probe fits and nulls come on top", size,
+            est = Estimate(est.seconds, est.source + "; the model's counted forwards only, other work comes on top", size,
                            est.budget_s)
     cache[ck] = est
     return est

@@ -37,9 +37,13 @@ def _signature(experiment: str, overrides: dict) -> str:
     return json.dumps([experiment, sorted((str(k), str(v)) for k, v in overrides.items())])
 
 
-def _estimate(experiment: str, overrides: dict, model, model_key):
-    """Size + estimate, cached per (settings, model) in the session; the calibration per model."""
+def _estimate(experiment: str, overrides: dict, model, model_key, size_fn=None):
+    """Size + estimate, cached per (settings, model) in the session; the calibration per model. size_fn: the
+    size of an experiment that declares none (`SIZES`), with a committed run's wall time as the estimate."""
     from interplab import jobs
+
+    if size_fn is not None:
+        return _estimate_sized(experiment, overrides, model, model_key, size_fn)
 
     cache = st.session_state.setdefault("_job_estimates", {})
     ck = (_signature(experiment, overrides), str(model_key), _runs_stamp(experiment))
@@ -158,11 +162,12 @@ def _follow(job_id: str, key: str) -> None:
 
 
 def job_panel(experiment: str, overrides: dict, key: str, *, model=None, model_key=None, label: str = "Run",
-              button_key: str | None = None, disabled: bool = False, help: str | None = None):
+              button_key: str | None = None, disabled: bool = False, help: str | None = None, size_fn=None):
     """Size + estimate, a launch button, live progress with Cancel, and the finished run (a `LoadedRun`) or None.
 
     overrides: the experiment's settings as `--set` would take them (the page's widgets); model: the loaded LabModel
-    (sizes the work and calibrates the estimate); model_key: what identifies it for caching (PageModel.key)."""
+    (sizes the work and calibrates the estimate); model_key: what identifies it for caching (PageModel.key);
+    size_fn: `size(cfg, model) -> WorkSize` for an experiment that declares no size (`SIZES`)."""
     from interplab import jobs
     from interplab.core.errors import InterplabError
     from interplab.results.runs import load_run
@@ -170,7 +175,7 @@ def job_panel(experiment: str, overrides: dict, key: str, *, model=None, model_k
     overrides = {str(k): str(v) for k, v in overrides.items()}
     sig = _signature(experiment, overrides)
     try:
-        est = _estimate(experiment, overrides, model, model_key)
+        est = _estimate(experiment, overrides, model, model_key, size_fn)
     except InterplabError as exc:
         st.error(f"Cannot size this run: {exc}")
         return None
@@ -259,3 +264,50 @@ def jobs_overview(key: str = "jobs") -> None:
                            "estimated": jobs.format_seconds(j.record.estimate_s),
                            "run or error": str(j.run) if j.run else (j.error.splitlines()[0] if j.error else "")}
                           for j in done], hide_index=True, key=f"{key}_recent")
+
+
+def _committed_duration(experiment: str, model_name: str) -> tuple[float, str] | None:
+    """(wall seconds, folder) of the newest committed run of `experiment` on `model_name` (results/)."""
+    from interplab.app.model_jobs import run_model_name
+    from interplab.results.runs import load_run, read_manifest, shipped_runs, shipped_runs_root
+
+    for p in reversed(shipped_runs(experiment)):
+        try:
+            if run_model_name(load_run(p).config) == model_name:
+                dur = (read_manifest(p) or {}).get("duration_s")
+                if dur:
+                    return float(dur), p.relative_to(shipped_runs_root().parent).as_posix()
+        except Exception:  # noqa: BLE001 - an unreadable committed run is no estimate
+            continue
+    return None
+
+
+def _estimate_sized(experiment: str, overrides: dict, model, model_key, size_fn):
+    """An experiment without a declared size: `size_fn` sizes it; the estimate is, best first, the user's earlier
+    runs on this model, the committed run on this model (its whole wall time: loading, every fit and null, on one
+    thread of a 2-core machine), else a calibrated forward for the counted forwards only (a lower bound: probe
+    fits, permutation nulls and backward passes come on top)."""
+    from interplab import jobs
+    from interplab.app.model_jobs import MODEL_FIELDS, run_model_name
+    from interplab.experiments.registry import resolve_config
+    from interplab.jobs.estimate import Estimate
+
+    cache = st.session_state.setdefault("_job_estimates", {})
+    ck = (_signature(experiment, overrides), str(model_key), _runs_stamp(experiment), "sized")
+    if ck in cache:
+        return cache[ck]
+    _, cfg, _, _ = resolve_config(experiment, overrides)
+    name = run_model_name({f: getattr(cfg, f, None) for f in MODEL_FIELDS}) or ""
+    size = size_fn(cfg, model) if model is not None else None
+    est = jobs.estimate(experiment, size, model=name, device=str(getattr(cfg, "device", "cpu") or "cpu"))
+    if est.seconds is None:
+        done = _committed_duration(experiment, name)
+        if done is not None:
+            est = Estimate(done[0], f"the committed run on this model took this long ({done[1]})", size,
+                           est.budget_s)
+        elif size is not None and size.flops and model is not None:
+            est = jobs.estimate(experiment, size, model=name, loaded=model)
+            est = Estimate(est.seconds, est.source + "; the model's counted forwards only, other work comes on top", size,
+                           est.budget_s)
+    cache[ck] = est
+    return est

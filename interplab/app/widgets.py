@@ -199,12 +199,13 @@ def page_model(prefix: str, *, picker: str = "model", page: str | None = None, s
 
 
 def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved run", hint: str = "",
-                 prefer_model: str | None = None):
+                 prefer_model: str | None = None, loaded: str | None = None):
     """The `result` of a saved run of `experiment` the user picks: their own runs newest first, then the runs the
     project ships under results/ (so a page opens on a real result), or None with a caption saying how to make one.
     prefer_model: order the shipped runs so that those made with this model come first, then the organism runs of
-    results/<experiment>/, then the other models' runs (results/<experiment>-<model>/). A saved result names its
-    class's module, so nothing needs importing first."""
+    results/<experiment>/, then the other models' runs (results/<experiment>-<model>/). loaded: the sidebar's model:
+    every run is labelled with the model it was made with, the loaded model's first, and a run of another model
+    says so in a warning. A saved result names its class's module, so nothing needs importing first."""
     from interplab.core.errors import InterplabError
     from interplab.results.runs import list_runs, load_run, run_model, shipped_runs, shipped_runs_root
 
@@ -224,13 +225,21 @@ def saved_result(experiment: str, result: str, key: str, *, label: str = "Saved 
         st.caption(f"No saved runs: `interplab run {experiment}`{hint}.")
         return None
     root = shipped_runs_root().parent
+    models = _run_models(own + shipped) if loaded is not None else {}
+    if loaded is not None:       # the loaded model's runs first (a stable sort keeps yours before the shipped)
+        own.sort(key=lambda p: models.get(p) != loaded)
+        shipped.sort(key=lambda p: models.get(p) != loaded)
 
     def name(p: str) -> str:
-        return f"shipped: {Path(p).relative_to(root).as_posix()}" if p in shipped else p
+        where = f"shipped: {Path(p).relative_to(root).as_posix()}" if p in shipped else p
+        return where if loaded is None else f"{where} · {_model_label(models.get(p), loaded)}"
     path = st.selectbox(label, own + shipped, key=key, format_func=name,
                         help=None if own else f"The run committed with interplab; yours appear here after "
                                               f"`interplab run {experiment}`{hint}.")
     run = load_run(path)
+    if loaded is not None and models.get(path) != loaded:
+        st.info(f"This saved run was made with **{models.get(path) or 'a model it does not name'}**, not the "
+                f"loaded model `{loaded}`: its numbers are that model's.")
     validity_panel(run.validity(), key=f"{key}_validity")
     return run.result(result)
 
@@ -290,3 +299,23 @@ def later_verdicts(verdict_experiment: str, run_path, key: str) -> None:
                        f"{verdict_experiment}` ({Path(p).name}):")
             validity_panel(run.validity(), key=key)
             return
+
+
+def _run_models(paths) -> dict:
+    """{run folder: the model it was made with} (`model_jobs.run_model_name` of its config)."""
+    from interplab.app.model_jobs import run_model_name
+    from interplab.results.runs import CONFIG_FILE, read_json
+
+    out = {}
+    for p in paths:
+        try:
+            out[p] = run_model_name(read_json(Path(p) / CONFIG_FILE).get("config", {}) or {})
+        except (OSError, ValueError, AttributeError):
+            out[p] = None
+    return out
+
+
+def _model_label(model: str | None, loaded: str) -> str:
+    if model == loaded:
+        return f"{model} (the loaded model)"
+    return f"{model or 'model not recorded'} (another model)"

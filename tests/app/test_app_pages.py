@@ -140,11 +140,11 @@ def test_home_describes_every_page(monkeypatch):
 def test_every_page_gets_its_model_from_page_model():
     """Issue 26 §4: a page takes the sidebar's model through widgets.page_model (no page runs the picker or loads
     the picked model itself); require_model remains for a page's second model (a PR reference, a validation
-    organism, Hyperfitting's base and target)."""
+    organism, Hyperfitting's target)."""
     import re
 
     pages = sorted((APP_DIR / "pages").glob("*.py"))
     own = {p.name: re.findall(r"\b(model_picker|picked_device_dtype|try_get_model)\(", p.read_text()) for p in pages}
     assert {k: v for k, v in own.items() if v} == {}
     uses = [p.name for p in pages if "page_model(" in p.read_text()]
-    assert len(uses) == len(pages) - 2, uses   # all but Runs (no model) and Hyperfitting (its two models)
+    assert len(uses) == len(pages) - 1, uses   # all but Runs (no model); Hyperfitting's base is the sidebar's

@@ -33,6 +33,17 @@ def _home(tmp_path, monkeypatch):
     # runs, SAEs and caches written by the clicks go to a temporary interplab home, never the user's
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("INTERPLAB_DEFAULT_MODEL", raising=False)
+    yield
+    _stop_jobs()
+
+
+def _stop_jobs() -> None:
+    """A clicked launch button started a job: stop it (a fresh page would find it running and disable the button;
+    nor may it outlive the test)."""
+    from interplab import jobs
+
+    for job in jobs.list_jobs(active=True):
+        jobs.cancel(job.id)
 
 
 def _open(page: str, path: tuple[str, ...]) -> AppTest:
@@ -105,6 +116,7 @@ def test_every_button(page):
         at = _open(page, path)
         at.button(key=key).click().run()
         _check(at, page, path + (key,))
+        _stop_jobs()
         clicked.append(path + (key,))
         if len(path) + 1 < MAX_DEPTH:
             for k in _buttons(at):

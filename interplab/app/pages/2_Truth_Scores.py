@@ -11,6 +11,8 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Truth Scores", page_icon=":microscope:", layout="wide")
 
+from interplab.app.model_jobs import (is_organism, known_facts_setting, loaded_model_job,  # noqa: E402
+                                     model_settings)
 from interplab.app.widgets import page_model, saved_result, show_figure  # noqa: E402
 from interplab.core.errors import ConfigError, InterplabError  # noqa: E402
 from interplab.figures import truth_scores as F  # noqa: E402
@@ -30,6 +32,7 @@ st.caption("S(l,h) = 5-fold cross-validated accuracy of a logistic probe on head
 
 picked = page_model("ts", picker="ts_model")   # loaded only when a section needs it
 name, backend = picked.name, picked.backend
+organism = is_organism(picked)            # CtxMem is the organisms' language; any other model reads world facts
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
@@ -74,13 +77,12 @@ if source == "Score a model (CtxMem)":
                           help="lbfgs: fast, the scikit-learn LogisticRegression(C=1) optimum (interactive default); "
                                "adamw: the authors' recipe (200 AdamW epochs), the faithful mode experiments use")
     epochs = c5.number_input("epochs (adamw)", 5, 500, 200, step=5, key="ts_epochs")
-    if str(name).startswith("real:") or str(name).endswith(".gguf"):
+    if not organism:
         # CtxMem items are organism text (`ctx e25 v3 ...`); a BPE tokenizer spells them in pieces, so a map scored
         # on them would say nothing about a real model
-        st.info(f"CtxMem verification prompts are the organisms' toy language, not text `{name}` reads. A real "
-                "model is scored on counterfactual world facts (section 7 shows the saved run; `interplab run "
-                f"truth-scores --set model={name}`), or on your own verification file (columns text, label: 1 = "
-                "context-supported answer, 0 = hallucinated) in *Your data* above.")
+        st.info(f"`{name}` is scored on counterfactual world facts, not on CtxMem (the organisms' toy language): "
+                "section 7 launches that on it as a job, and its map then shows here; or score your own "
+                "verification file (columns text, label) in *Your data* above.")
     elif st.button("Compute Truth Scores", key="ts_go", type="primary"):
         picked.load()
         try:
@@ -174,12 +176,22 @@ else:
 
 # ------------------------------------------------------------------------------------------------ gating sweep
 st.header("4 · Gating sweep")
-saved = saved_result("truth-gating-sweep", "sweep", "ts_sweep_run", label="Saved sweep run",
-                     hint=" (toy-base scores applied to toy-chat)")
-if saved is not None:
+# the loaded model gated by its own map (the real-model protocol on world facts; an organism: CtxMem, toy-chat with
+# toy-base's map as in the paper), as a job; or a saved sweep, labelled with the model it gated
+gate_on = {} if name == "zoo:toy-chat" else {"score_source": "self"} if organism else known_facts_setting(name)
+saved, _, _ = loaded_model_job("truth-gating-sweep", "sweep" if organism else "facts_gating", "ts_sweep",
+                               picked=picked, model=picked.load(stop=False), label="Run the gating sweep",
+                               saved_key="ts_sweep_run",
+                               settings=model_settings("truth-gating-sweep", picked, "target", **gate_on))
+if saved is not None and hasattr(saved, "table"):
     show_figure(F.gating_sweep(saved.table), key="ts_sweep")
     st.dataframe(saved.table.round(4), hide_index=True, key="ts_sweep_table")
-if current is not None and source == "Score a model (CtxMem)":
+elif saved is not None:        # world facts: the gate chosen on tune facts, read on eval facts and shuffled maps
+    st.caption(f"{saved.score_source} map gating {saved.model}: {saved.mode} α {saved.alpha:g} chosen on the tune "
+               f"facts; p = {saved.p:.3f} against {len(saved.null)} within-layer shuffled maps.")
+    st.dataframe(saved.eval.round(4), hide_index=True, key="ts_sweep_eval")
+    st.dataframe(saved.tune.round(4), hide_index=True, key="ts_sweep_tune")
+if current is not None and source == "Score a model (CtxMem)" and organism:   # CtxMem prompts: organisms only
     with st.expander("Quick live sweep on this model (its own scores)"):
         n_eval = st.number_input("counterfactual prompts", 8, 512, 64, step=8, key="ts_sweep_n")
         if st.button("Run quick sweep", key="ts_sweep_go"):
@@ -265,10 +277,17 @@ st.caption("Known public facts (capitals, currencies, languages, ...) with a con
            "value (label 1), the model's memory (label 0) or that in-context distractor (label 0), in the "
            "model's chat format; folds keep a fact's texts together. Each head is tested against "
            "label-permutation null maps; maxT controls the family-wise error over all heads, BH the false "
-           "discovery rate. Run it with `interplab run truth-scores --set model=real:smollm2-135m-instruct` "
-           "(docs/truth_scores.md, *On a real model*).")
-facts = saved_result("truth-scores", "facts_map", "ts_facts_run", label="Saved world-facts run",
-                     hint=" --set model=real:smollm2-135m-instruct")
+           "discovery rate (docs/truth_scores.md, *On a real model*).")
+if organism:            # world facts are English: an organism only opens saved runs, each labelled with its model
+    facts = saved_result("truth-scores", "facts_map", "ts_facts_run", label="Saved world-facts run", loaded=name)
+else:
+    facts, facts_model, _ = loaded_model_job(
+        "truth-scores", "facts_map", "ts_facts", picked=picked, model=picked.load(stop=False),
+        settings=model_settings("truth-scores", picked, **({"data": "world-facts"} | known_facts_setting(name))),
+        label="Compute the world-facts map", saved_label="Saved world-facts run", saved_key="ts_facts_run")
+if facts is not None and not organism and facts_model == name and name not in scored:
+    scored[name] = (facts.scores, None)      # the loaded model's map feeds sections 1-5
+    st.rerun()
 if facts is not None:
     summ, top = facts.summary(), facts.top_head()
     c1, c2, c3, c4 = st.columns(4)

@@ -9,6 +9,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · DecodeShare", page_icon=":microscope:", layout="wide")
 
+from interplab.app.model_jobs import is_organism, loaded_model_job, model_settings  # noqa: E402
 from interplab.app.widgets import page_model, parse_list, saved_result, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.decodeshare import (  # noqa: E402
@@ -28,6 +29,10 @@ st.caption("Residual states at generated tokens (KV-cached decode steps) share a
            "docs: docs/decodeshare.md. Defaults are the `decodeshare` experiment's (middle layer, paper mode, "
            "tau x k = 1).")
 
+picked = page_model("ds", page="decodeshare", suggested="toy-chat", fits=lambda n: n.startswith("toy-"))
+name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
+organism = is_organism(picked)           # the organisms' toy tasks; any other model runs the built-in chat tasks
+
 with st.expander("Validation: a planted shared decode-time subspace (`validate-decodeshare`)"):
     # saved runs only, so this shows whatever model is picked below (the organism is built by the experiment)
     st.caption("An organism built by construction (zoo.validation.decodeshare) plants a 2-dim shared decode-time "
@@ -42,22 +47,28 @@ with st.expander("Validation: a planted shared decode-time subspace (`validate-d
         st.dataframe(val.recovery_table(), hide_index=True, key="ds_val_table")
         show_figure(validation_bars(val.per_seed), key="ds_val_bars")
 
-with st.expander("On a real model: built-in chat tasks (`data=real-tasks`)"):
-    # saved runs only (a real-model study is tens of CPU minutes), whatever model is picked below
+with st.expander("On a real model: built-in chat tasks (`data=real-tasks`)", expanded=not organism):
+    # the loaded real model's study as a job (tens of CPU minutes), or a saved run labelled with its model
     st.caption("Eight chat tasks built offline from public facts and word lists (capital, language, mc_capital, "
                "first_letter, plural, antonym, yes_no, addition; interplab.data.decode_tasks), replies parsed for "
                "the answer they name. `decodeshare-tasks` screens which the model answers; the study runs on those "
-               "at >= 60 %. Run them with `interplab run decodeshare-tasks` and `interplab run decodeshare --set "
-               "model=real:smollm2-135m-instruct --set layer=15` (docs/decodeshare.md, *On a real model*).")
+               "at >= 60 %. The screen: `interplab run decodeshare-tasks --set model=...` (docs/decodeshare.md, "
+               "*On a real model*).")
     from interplab.figures.decodeshare import steering_figure
 
     screen = saved_result("decodeshare-tasks", "screen", "ds_real_screen", label="Saved task screen",
-                          hint=" --set model=real:smollm2-135m-instruct")
+                          hint=" --set model=real:smollm2-135m-instruct", loaded=name)
     if screen is not None:
         st.dataframe(screen.table[["task", "metric", "acc", "lo", "hi", "n", "passes"]].round(3), hide_index=True,
                      key="ds_real_screen_table")
-    real_study = saved_result("decodeshare", "study", "ds_real_study", label="Saved study",
-                              hint=" --set model=real:smollm2-135m-instruct")
+    if organism:
+        real_study = saved_result("decodeshare", "study", "ds_real_study", label="Saved study", loaded=name)
+    else:
+        real_study, _, _ = loaded_model_job("decodeshare", "study", "ds_real", picked=picked,
+                                            model=picked.load(stop=False), settings=model_settings(
+                                                "decodeshare", picked, data="real-tasks"),
+                                            label="Run the DecodeShare study", saved_label="Saved study",
+                                            saved_key="ds_real_study")
     if real_study is not None:
         inf = real_study.info
         c = st.columns(4)
@@ -80,8 +91,6 @@ with st.expander("On a real model: built-in chat tasks (`data=real-tasks`)"):
                        f"{si['sh_v']:.3f} (random subspaces of the same size: {si['sh_v_haar_mean']:.3f}).")
             show_figure(steering_figure(real_study.steering.table), key="ds_real_steer")
 
-picked = page_model("ds", page="decodeshare", suggested="toy-chat", fits=lambda n: n.startswith("toy-"))
-name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
@@ -94,11 +103,10 @@ model_key = picked.key
 
 vocab = model.tokenizer.get_vocab()
 if not all(w in vocab for w in ("sep", "copy", "s0")):
-    st.info("This page needs a multitask-decode organism (`zoo:toy-chat` or `zoo:toy-base`; build one with "
-            "`interplab zoo train toy-chat`): its prompts use the toy vocabulary (`copy s3 s1 sep`). "
-            f"`{name}` does not have it. On a real chat model run the built-in chat tasks (`interplab run "
-            "decodeshare --set data=real-tasks --set tasks=capital,plural,...`; saved runs open in *On a real "
-            "model* above), or your own tasks from a file (task, prompt, answer) in *Your data* above.")
+    st.info("The interactive sections below need a multitask-decode organism (`zoo:toy-chat` or `zoo:toy-base`): "
+            f"their prompts use the toy vocabulary (`copy s3 s1 sep`), which `{name}` does not have. On it, run "
+            "the built-in chat tasks in *On a real model* above, or your own tasks from a file (task, prompt, "
+            "answer) in *Your data* above.")
     st.stop()
 
 with st.sidebar:

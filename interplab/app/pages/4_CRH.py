@@ -15,6 +15,7 @@ import streamlit as st
 st.set_page_config(page_title="interplab · CRH", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
+from interplab.app.model_jobs import is_organism, loaded_model_job, model_settings  # noqa: E402
 from interplab.app.widgets import (page_model, saved_result, show_figure,  # noqa: E402
                                     validity_panel)
 from interplab.core.errors import InterplabError  # noqa: E402
@@ -42,8 +43,10 @@ with st.expander("Validation: a planted cylinder and sector detector (`validate-
         st.dataframe(val.recovery_table(), hide_index=True, key="crh_val_table")
         show_figure(validation_sector_maps(val.maps), key="crh_val_maps")
 
+picked = page_model("crh")
+name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
 source = st.radio("Source", ["Planted cylinder (synthetic, no model)", "Model concepts"], horizontal=True,
-                  key="crh_source")
+                  key="crh_source", index=int(picked.try_load()[0] is not None))   # the model's, when it loads
 
 
 # ----------------------------------------------------------------------------------------------- synthetic
@@ -116,9 +119,6 @@ if source.startswith("Planted"):
 
 
 # ----------------------------------------------------------------------------------------------- model
-picked = page_model("crh")
-name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
-
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
 
@@ -127,19 +127,27 @@ with st.expander("Your data (CSV / JSONL / Parquet file)"):
 
 model = picked.load()
 
-with st.expander("Saved real-model study: 25 paper concepts (`crh-concepts`)", expanded=not picked.name.startswith(
-        "zoo:")):
-    st.caption("Offline (without, with) pairs of 25 of the paper's concepts "
-               "(interplab.data.concept_pairs): 5 concepts choose the read position, block and "
-               "strength, the other 20 are scored — cylinder statistics at every layer against "
-               "paired pseudo-concepts, and steering at the chosen block: sectors, the penalty "
-               "direction and the diffmean (CAA) / PCA / probe baselines against a matched-norm "
-               "pseudo-concept control and the unsteered replies, each reply judged for the "
-               "concept's held-out words (not those that built the vector) and scored for fluency "
-               "(its NLL under the unsteered model). The verdicts and their checks are above. "
-               "docs/crh.md, \"On a real model\".")
-    cstudy = saved_result("crh-concepts", "study", "crh_concepts_run", label="Saved crh-concepts run",
-                          hint=" (about 45 min on 2 CPU cores)", prefer_model=name)
+organism = is_organism(picked)
+with st.expander("The real-model study: 25 paper concepts (`crh-concepts`)", expanded=not organism):
+    st.caption("Offline (without, with) pairs of 25 of the paper's concepts (interplab.data.concept_pairs): "
+               "5 concepts choose the read position, block and strength, the other 20 are scored — cylinder "
+               "statistics at every layer against paired pseudo-concepts, and steering at the chosen block: "
+               "sectors, the penalty direction and the diffmean (CAA) / PCA / probe baselines against a "
+               "matched-norm pseudo-concept control and the unsteered replies, each reply judged for the "
+               "concept's held-out words (not those that built the vector) and scored for fluency (its NLL "
+               "under the unsteered model). The verdicts and their checks are above. docs/crh.md, \"On a real "
+               "model\".")
+    if organism:                    # offline pairs are English: an organism opens saved runs, labelled by model
+        cstudy = saved_result("crh-concepts", "study", "crh_concepts_run", label="Saved crh-concepts run",
+                              loaded=name)
+    else:                           # the documented blocks 5, 10, 15 of 30, at the same depths of this model
+        L = model.n_layers
+        depths = {} if L == 30 else {"select_layers": ",".join(map(str, sorted({L // 6, L // 3, L // 2}))),
+                                     "steer_layer": L // 3}
+        cstudy, _, _ = loaded_model_job("crh-concepts", "study", "crh_concepts", picked=picked, model=model,
+                                        settings=model_settings("crh-concepts", picked, **depths),
+                                        label="Run crh-concepts", saved_label="Saved crh-concepts run",
+                                        saved_key="crh_concepts_run")
     if cstudy is not None:
         from interplab.figures.crh import cylinder_stats_figure, elicitation_curves
         from interplab.probes.crh.elicitation import elicitation_frame, elicitation_summary

@@ -5,12 +5,15 @@ DeltaDim, cosine/L2 by layer, the results table, the base-rank histogram of the 
 entropy-matched temperature control, and generations side by side with repetition highlighted."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 st.set_page_config(page_title="interplab · Hyperfitting", page_icon=":microscope:", layout="wide")
 
 from interplab.app import state  # noqa: E402
-from interplab.app.widgets import require_model, show_figure  # noqa: E402
+from interplab.app.model_jobs import loaded_model_job, model_settings, runs_of  # noqa: E402
+from interplab.app.widgets import page_model, require_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 
 st.title("Hyperfitting: layer geometry")
@@ -19,27 +22,25 @@ st.caption("Hyperfitting (training to near-zero loss on a few sequences) makes g
            "expansion? Compare a base model with its hyperfitted descendant on identical held-out text.")
 
 
-def _pick(label: str, key: str, default: str) -> str:
-    zoo = state.zoo_names()
-    dz = default[4:]
-    if dz not in zoo:
-        zoo = [dz] + list(zoo)
-    with st.sidebar:
-        organism = st.selectbox(f"{label}: zoo organism", zoo, index=zoo.index(dz), key=f"{key}_zoo")
-        path = st.text_input(f"{label}: local checkpoint (overrides)", value="", key=f"{key}_path",
-                             placeholder="/path/to/hf-checkpoint-dir")
-    return path.strip() or f"zoo:{organism}"
-
-
-st.sidebar.subheader("Models")
-name_a = _pick("Base (A)", "geo_a", "zoo:text-base")
-name_b = _pick("Target (B)", "geo_b", "zoo:text-hyperfit")
+# A: the sidebar's model (its backend, device, dtype); B: a hyperfitted descendant of it
+picked = page_model("geo", picker="geo_a", page="hyperfit", suggested="text-base",
+                    fits=lambda n: n.startswith("text-"))
+name_a = picked.name
+# targets: the zoo's hyperfitted organisms of text-base, the checkpoints of your hyperfit-train runs of this model
+targets = (["zoo:text-hyperfit", "zoo:text-late-lora", "zoo:text-full-lora"] if name_a == "zoo:text-base" else []) \
+    + [f"{p}/checkpoint" for p in runs_of("hyperfit-train", name_a) if Path(p, "checkpoint").is_dir()]
+with st.sidebar:
+    st.subheader("Target (B)")
+    pick_b = st.selectbox("Hyperfitted descendant", targets, key="geo_b_pick") if targets else None
+    path_b = st.text_input("Target (B): local checkpoint (overrides)", value="", key="geo_b_path",
+                           placeholder="/path/to/hf-checkpoint-dir")
+name_b = path_b.strip() or pick_b
 
 with st.expander("Your data (CSV / JSONL / Parquet file)"):
     from interplab.app.data_box import data_box, run_with_data  # noqa: E402
 
     run_with_data("hyperfit", data_box("hyperfit", key="geo_data"), key="geo_data",
-                  overrides={"base": name_a, "targets": name_b, "n_prompts": 0})
+                  overrides={"base": name_a, "targets": name_b or "", "n_prompts": 0})
 
 with st.expander("Hyperfitting controls (saved run): is the PR growth specific to hyperfitting?"):
     st.caption("Hyperfitting vs ordinary fine-tuning (same steps, early stopping on held-out windows) vs hyperfitting "
@@ -47,7 +48,7 @@ with st.expander("Hyperfitting controls (saved run): is the PR growth specific t
                "interval over seeds (`interplab run hyperfit-controls`; docs/hyperfit.md).")
     from interplab.app.widgets import saved_result  # noqa: E402
 
-    controls = saved_result("hyperfit-controls", "controls", key="geo_controls_run")
+    controls = saved_result("hyperfit-controls", "controls", key="geo_controls_run", loaded=name_a)
     if controls is not None:
         from interplab.figures.geometry import delta_dim_by_arm_figure, weight_change_figure  # noqa: E402
 
@@ -68,13 +69,13 @@ with st.expander("Saved runs (e.g. SmolLM2-135M-Instruct): the paper's table and
     from interplab.app.widgets import saved_result  # noqa: E402
     from interplab.figures.geometry import diversity_bars_figure as _bars, k_sweep_figure  # noqa: E402
 
-    ev = saved_result("hyperfit-eval", "eval", key="geo_saved_eval", label="Saved table")
+    ev = saved_result("hyperfit-eval", "eval", key="geo_saved_eval", label="Saved table", loaded=name_a)
     if ev is not None:
         show_figure(_bars(ev.table, metrics=("ttr", "rep2", "rep3", "diversity", "gen_top1")), key="geo_saved_bars")
         cols = [c for c in ("setting", "kind", "ttr", "ttr_lo", "ttr_hi", "rep2", "rep3", "diversity",
                             "top1_agreement", "gen_top1", "entropy") if c in ev.table.columns]
         st.dataframe(ev.table[cols].round(4), hide_index=True, key="geo_saved_table")
-    ks = saved_result("hyperfit-ksweep", "k_sweep", key="geo_saved_ks", label="Saved k sweep")
+    ks = saved_result("hyperfit-ksweep", "k_sweep", key="geo_saved_ks", label="Saved k sweep", loaded=name_a)
     if ks is not None:
         show_figure(k_sweep_figure(ks.frame), key="geo_saved_ksfig")
 
@@ -87,8 +88,32 @@ with st.sidebar.expander("Data and budget"):
     context = st.number_input("prompt context tokens", 4, 128, 32, step=4, key="geo_ctx")
     custom = st.text_area("custom texts (one per paragraph; blank = held-out corpus)", value="", key="geo_custom")
 
-model_a = require_model(name_a, "bridge", "cpu", "float32", key="geo_a")
-model_b = require_model(name_b, "bridge", "cpu", "float32", key="geo_b")
+model_a = picked.load()
+with st.expander("Hyperfit the loaded model (`hyperfit-train`): makes a target B", expanded=name_b is None):
+    loaded_model_job("hyperfit-train", "hyperfit", "geo_train", picked=picked, model=model_a,
+                     settings=model_settings("hyperfit-train", picked, "base"), label="Hyperfit the loaded model",
+                     saved_label="Saved hyperfit-train run")
+
+if name_b is None:
+    st.info(f"No hyperfitted descendant of `{name_a}` yet: hyperfit it above (a job), or give a checkpoint in the "
+            "sidebar.")
+    st.stop()
+
+with st.expander("The documented geometry run (`hyperfit-geometry`) of A against B, as a job"):
+    import re  # noqa: E402
+
+    from interplab.figures.geometry import pr_by_layer_figure  # noqa: E402
+
+    # the result's name, as hyperfit-geometry writes it: geometry_<the target folder's name, filename-safe>
+    tag = re.sub(r"[^A-Za-z0-9._+=-]+", "_", name_b.rstrip("/").rsplit("/", 1)[-1].replace("zoo:", ""))
+    full, _, _ = loaded_model_job("hyperfit-geometry", f"geometry_{tag.lstrip('.-') or 'target'}", "geo_job",
+                                  picked=picked,
+                                  model=model_a, label="Run hyperfit-geometry", saved_label="Saved geometry run",
+                                  settings=model_settings("hyperfit-geometry", picked, "base", targets=name_b))
+    if full is not None:
+        show_figure(pr_by_layer_figure(full, name_a="A", name_b="B"), key="geo_job_pr")
+
+model_b = require_model(name_b, picked.backend, picked.device, picked.dtype, key=picked.picker)   # as A is
 if (model_a.n_layers, model_a.d_model, model_a.d_vocab) != (model_b.n_layers, model_b.d_model, model_b.d_vocab):
     st.error(f"The two models must share n_layers, d_model and vocabulary: {model_a} vs {model_b}.")
     st.stop()
@@ -107,7 +132,7 @@ texts = _texts(custom, int(n_texts))
 if not texts:
     st.info("No texts: type some custom text or clear the box to use the held-out corpus.")
     st.stop()
-key = (state.normalize_name(name_a), state.normalize_name(name_b))
+key = (picked.key, state.normalize_name(name_b))
 
 
 @st.cache_data(max_entries=8, show_spinner="Measuring layer geometry...")

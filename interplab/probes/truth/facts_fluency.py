@@ -56,8 +56,9 @@ def _tokens(df: pd.DataFrame) -> list[str]:
 
 
 def fluency(replies: pd.DataFrame) -> dict:
-    """One condition's replies (columns `REPLY_COLUMNS`) summarised: mean NLL/token under the ungated model (over
-    non-empty replies), mean distinct-token rate (model tokens), the most common reply's share, empty replies."""
+    """One condition's replies (columns `REPLY_COLUMNS`, and `context` where present) summarised: the share naming
+    the context's value, mean NLL/token under the ungated model (over non-empty replies), mean distinct-token rate
+    (model tokens), the most common reply's share, empty replies."""
     texts = [str(r).strip().casefold() for r in replies["reply"].fillna("")]
     rates = []
     for t in _tokens(replies):
@@ -65,7 +66,8 @@ def fluency(replies: pd.DataFrame) -> dict:
         rates.append(len(set(toks)) / len(toks) if toks else 0.0)
     nll = replies["nll"].to_numpy(dtype=float)
     top = Counter(texts).most_common(1)[0] if texts else ("", 0)
-    return {"n": len(texts), "nll_per_token": float(np.nanmean(nll)) if np.isfinite(nll).any() else float("nan"),
+    ctx = float(replies["context"].astype(float).mean()) if "context" in replies and len(replies) else float("nan")
+    return {"n": len(texts), "context_rate": ctx, "nll_per_token": float(np.nanmean(nll)) if np.isfinite(nll).any() else float("nan"),
             "distinct_token_rate": float(np.mean(rates)) if rates else float("nan"),
             "top_reply_share": top[1] / len(texts) if texts else float("nan"), "top_reply": top[0][:60],
             "empty": int(sum(not t for t in texts))}

@@ -122,8 +122,13 @@ def gating_verdicts(res) -> list[Verdict]:
     null_checks = [c for k in shuffled for c in generation_checks(_replies(res, "eval", k), ungated,
                                                                   subject=f"{k} map replies (eval)")]
     n_min = math.ceil(1 / P_LEVEL)   # p's floor 1 / (n + 1) must lie below P_LEVEL
+    # the generated read-out of the shuffled maps that also generated: too few for a test (generation costs ~2.5
+    # forced-choice passes), shown so a gain in generation that any gate of these values gives is visible
+    gen = ", ".join(f"{_replies(res, 'eval', k)['context'].astype(float).mean():.3f}" for k in shuffled)
     measured = (f"forced-choice context rate {fg:.3f} against {len(null)} shuffled maps (mean "
-                f"{null.mean():.3f}, 95th percentile {np.quantile(null, 0.95):.3f}): p = {res.p:.3f}")
+                f"{null.mean():.3f}, 95th percentile {np.quantile(null, 0.95):.3f}): p = {res.p:.3f}"
+                + (f"; replies naming the context's value: map {g:.3f}, the {len(shuffled)} shuffled maps that "
+                   f"generated {gen}" if shuffled else ""))
     v2 = Verdict(METHOD, null_claim, measured, bool(res.p <= P_LEVEL),
                  tuple(gated + null_checks + [floor_ceiling({"gated": fg, "shuffled mean": float(null.mean())},
                                                             subject="forced-choice context rate (eval)"),

@@ -43,7 +43,7 @@ def eval_rows() -> list[str]:
             continue
         ev = res.eval.set_index(["readout", "condition"])
         diff = res.diff.set_index("readout")
-        for readout in ("generated_context", "generated_memory", "forced_choice"):
+        for readout in ("generated_context", "generated_memory", "generated_distractor", "forced_choice"):
             u, g, d = ev.loc[(readout, "ungated")], ev.loc[(readout, "gated")], diff.loc[readout]
             rows.append(f"| {_who(label)} | {readout} | {_iv(u['rate'], u['lo'], u['hi'])} | "
                         f"{_iv(g['rate'], g['lo'], g['hi'])} | "
@@ -52,22 +52,28 @@ def eval_rows() -> list[str]:
 
 
 def fluency_rows() -> list[str]:
+    """Eval replies per condition: the share naming the context's value (from the replies: the first committed
+    run's fluency table predates that column), NLL/token under the ungated model, distinct-token rate, top share."""
     rows = []
     for label in committed():
-        flu = _res(label).fluency
+        res = _res(label)
+        ev = res.replies[res.replies["split"] == "eval"]
+        ctx = ev.groupby("condition")["context"].apply(lambda x: x.astype(float).mean())
+        flu = res.fluency
         for _, r in flu[flu["split"] == "eval"].iterrows():
-            rows.append(f"| {_who(label)} | {r['condition']} | {r['nll_per_token']:.2f} | "
-                        f"{r['distinct_token_rate']:.2f} | {r['top_reply_share']:.3f} |")
+            rows.append(f"| {_who(label)} | {r['condition']} | {ctx[r['condition']]:.3f} | "
+                        f"{r['nll_per_token']:.2f} | {r['distinct_token_rate']:.2f} | {r['top_reply_share']:.3f} |")
     return rows
 
 
-def tune_rows(label: str) -> list[str]:
+def tune_rows() -> list[str]:
     rows = []
-    for _, r in _res(label).tune.iterrows():
-        setting = "ungated" if r["mode"] == "ungated" else f"{r['mode']} {r['alpha']:g}"
-        rows.append(f"| {setting} | {r['generated_context']:.3f} | {r['nll_per_token']:.2f} | "
-                    f"{r['distinct_token_rate']:.2f} | {r['top_reply_share']:.3f} | "
-                    f"{'yes' if r['eligible'] else 'no'} |")
+    for label in committed():
+        for _, r in _res(label).tune.iterrows():
+            setting = "ungated" if r["mode"] == "ungated" else f"{r['mode']} {r['alpha']:g}"
+            rows.append(f"| {_who(label)} | {setting} | {r['generated_context']:.3f} | {r['nll_per_token']:.2f} | "
+                        f"{r['distinct_token_rate']:.2f} | {r['top_reply_share']:.3f} | "
+                        f"{'yes' if r['eligible'] else 'no'} |")
     return rows
 
 
@@ -97,6 +103,17 @@ def test_the_gating_runs_are_committed_with_their_reports():
         assert rep is not None and len(rep.verdicts) == 2
 
 
+def test_the_reports_are_the_verdicts_of_the_committed_results():
+    """A committed report is `gating_verdicts` of the committed result (a pure function: a report re-derived after
+    a wording change of the verdicts is checked here against the numbers it came from)."""
+    from interplab.probes.truth.gating_verdicts import gating_verdicts
+    from interplab.probes.validity import ValidityReport
+
+    for d in committed().values():
+        run = load_run(d)
+        assert ValidityReport.of(gating_verdicts(run.result("facts_gating"))).markdown() == run.validity().markdown()
+
+
 def test_docs_claim_table_is_the_runs_reports():
     assert_claim_table(_section(), *committed().values())
 
@@ -104,28 +121,37 @@ def test_docs_claim_table_is_the_runs_reports():
 def test_docs_quote_the_gating_runs():
     sec = _section()
     flat = " ".join(sec.split())
-    for line in eval_rows() + fluency_rows() + tune_rows("self"):
+    for line in eval_rows() + fluency_rows() + tune_rows():
         assert line in sec, f"docs/truth_scores.md gating lacks the row {line!r}"
     for label in committed():
         q = choice_line(label)
         assert " ".join(q.split()) in flat, f"docs/truth_scores.md gating does not quote {q!r}"
 
 
+def readme_quote(label: str) -> str:
+    """The README's verdicts of one run: the gain claim and the shuffled-map claim, in the report's words."""
+    from interplab.probes.truth.gating_verdicts import claims
+
+    run = load_run(committed()[label])
+    outcomes = run.validity().outcomes
+    gain, null = (outcomes[c] for c in claims(run.result("facts_gating")))
+    return f"{_who(label)}: {gain}; against shuffled maps: {null}"
+
+
 def test_readme_quotes_only_the_gating_verdicts():
     flat = " ".join((ROOT / "README.md").read_text().split())
-    for label, d in committed().items():
-        rep = load_run(d).validity()
-        for claim, outcome in rep.outcomes.items():
-            q = f"{_who(label)}: {outcome}"
-            if claim.startswith("gating"):
-                assert q in flat, f"README.md does not give the verdict {q!r}"
+    for label in committed():
+        q = readme_quote(label)
+        assert q in flat, f"README.md does not give the verdicts {q!r}"
+    assert "does not raise context-following" not in flat, "README.md still quotes the withdrawn α 6 verdict"
 
 
 if __name__ == "__main__":
     for label in committed():
         print(choice_line(label))
-    print("\n".join(tune_rows("self")), "\n")
+    print("\n".join(tune_rows()), "\n")
     print("\n".join(eval_rows()), "\n")
     print("\n".join(fluency_rows()), "\n")
-    for d in committed().values():
+    for label, d in committed().items():
         print(load_run(d).validity().markdown())
+        print(readme_quote(label))

@@ -330,8 +330,27 @@ class GatingSweepConfig(ProbeRecipe):
     known: str = field(default="shipped", metadata={"help": "world-facts only: as in truth-scores"})
     distractors: bool = field(default=True, metadata={"help": "world-facts only: a same-relation distractor "
                                                               "sentence in every context (as in truth-scores)"})
-    n_maps: int = field(default=200, metadata={"help": "world-facts only: within-layer shuffled maps of the null"})
+    n_facts: int = field(default=0, metadata={"help": "world-facts only: at most this many facts (0 = all kept)"})
+    n_maps: int = field(default=40, metadata={"help": "world-facts only: within-layer shuffled maps of the null "
+                                                      "(p's floor is 1 / (n_maps + 1))"})
     max_new_tokens: int = field(default=12, metadata={"help": "world-facts only: generated answer length"})
+    # world-facts tuning (interplab.probes.truth.gating_select): the grid per mode, the paper's α range per mode
+    normalize_alphas: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3], metadata={
+        "help": "world-facts only: normalize α grid (the paper's shipped values; empty to leave the mode out)"})
+    contrast_alphas: list[float] = field(default_factory=lambda: [4.5, 6.0, 7.5], metadata={
+        "help": "world-facts only: contrast α grid (the paper's shipped values; empty to leave the mode out)"})
+    normalize_range: list[float] = field(default_factory=lambda: [0.1, 0.3], metadata={
+        "help": "world-facts only: the paper's normalize α range [lo, hi] (shipped POPE settings)"})
+    contrast_range: list[float] = field(default_factory=lambda: [4.5, 7.5], metadata={
+        "help": "world-facts only: the paper's contrast α range [lo, hi] (shipped HaluEval and CHAIR settings)"})
+    allow_out_of_range: bool = field(default=False, metadata={
+        "help": "world-facts only: allow grid values outside the ranges (a chosen one fails the setting_range "
+                "check: its verdicts are inconclusive)"})
+    select_by: str = field(default="generated_context", metadata={
+        "help": "world-facts only: the tune rate that chooses among the eligible settings (generated_context | "
+                "forced_choice)"})
+    n_null_replies: int = field(default=2, metadata={
+        "help": "world-facts only: shuffled maps whose eval replies are generated and checked for degeneracy"})
     figure_formats: list[str] = _formats()
 
     def validate(self) -> None:
@@ -341,6 +360,22 @@ class GatingSweepConfig(ProbeRecipe):
 
         if self.rebase not in GATE_REBASES:
             raise ConfigError(f"rebase must be one of {GATE_REBASES}, got {self.rebase!r}")
+        if self.data == WORLD_FACTS:
+            from interplab.probes.truth.gating_select import SELECT_BY, gate_grid
+
+            if len(self.sites) != 1:
+                raise ConfigError(f"world-facts gating takes one site, got sites={self.sites}")
+            if self.select_by not in SELECT_BY:
+                raise ConfigError(f"select_by must be one of {SELECT_BY}, got {self.select_by!r}")
+            gate_grid(self.facts_alphas(), self.facts_ranges(), allow_out_of_range=self.allow_out_of_range)
+
+    def facts_alphas(self) -> dict[str, list[float]]:
+        """The world-facts grid {mode: [α, ...]} of the modes in `modes` that have a grid."""
+        grids = {"normalize": self.normalize_alphas, "contrast": self.contrast_alphas}
+        return {m: list(grids[m]) for m in self.modes if m in grids and grids[m]}
+
+    def facts_ranges(self) -> dict[str, list[float]]:
+        return {"normalize": list(self.normalize_range), "contrast": list(self.contrast_range)}
 
 
 @register_experiment("truth-gating-sweep", config=GatingSweepConfig,
@@ -366,36 +401,39 @@ def gating_sweep_experiment(cfg: GatingSweepConfig, run) -> None:
 
 
 def _facts_gating(cfg: GatingSweepConfig, run) -> None:
-    """TruthProbe gating on world facts: probe / tune / eval splits, shuffled-map null (spec truth_scores.md §9)."""
-    from interplab.core.errors import ConfigError
-    from interplab.probes.truth.facts_gating import facts_gating, split_items
+    """TruthProbe gating on world facts: probe / tune / eval splits, tuning under the fluency constraint, shuffled-map
+    null, verdicts (spec truth_scores.md §9; interplab.probes.truth.facts_gating, gating_verdicts)."""
+    from interplab.probes.truth.facts_gating import facts_gating, probe_map, split_items
+    from interplab.probes.truth.gating_verdicts import gating_verdicts
     from interplab.probes.truth.scores import TruthScoresConfig
+    from interplab.probes.validity import ValidityReport
 
-    if len(cfg.sites) != 1:
-        raise ConfigError(f"world-facts gating takes one site, got sites={cfg.sites}")
     target = _load(cfg.target, cfg.backend)
-    probe, tune, ev = split_items(_known_items(cfg, target), seed=cfg.eval_seed)
+    items = _known_items(cfg, target)
+    probe, tune, ev = split_items(items[:cfg.n_facts] if cfg.n_facts else items, seed=cfg.eval_seed)
     recipe = TruthScoresConfig(**cfg.probe_kwargs())
     if cfg.score_source in ("self", cfg.target):
         source, scores = "self", None
-    else:  # another model's map on the same probe facts (e.g. the base model's, as in the paper)
-        from interplab.probes.truth.facts_map import fact_probe_rows, facts_truth_map
-
-        src = _load(cfg.score_source, cfg.backend)
+    else:  # another model's map on the same probe facts (a base model's gating its descendant: the paper's headline)
         source = cfg.score_source
-        scores = facts_truth_map(src, fact_probe_rows(src, probe, seed=cfg.data_seed), config=recipe, n_null=1,
-                                 fold_seeds=()).scores.scores
+        src = _load(cfg.score_source, cfg.backend)
+        scores = probe_map(src, probe, config=recipe, seed=cfg.data_seed)
+        del src
     res = facts_gating(target, probe, tune, ev, scores=scores, score_source=source, probe_config=recipe,
-                       modes=cfg.modes, alphas=[a for a in cfg.alphas if a > 0], site=cfg.sites[0],
-                       rebase=cfg.rebase, n_maps=cfg.n_maps, seed=cfg.data_seed, max_new_tokens=cfg.max_new_tokens,
-                       progress=print)
+                       alphas=cfg.facts_alphas(), alpha_ranges=cfg.facts_ranges(),
+                       allow_out_of_range=cfg.allow_out_of_range, select_by=cfg.select_by, site=cfg.sites[0],
+                       rebase=cfg.rebase, n_maps=cfg.n_maps, n_null_replies=cfg.n_null_replies, seed=cfg.data_seed,
+                       max_new_tokens=cfg.max_new_tokens, progress=print)
     run.save_result("facts_gating", res)
-    run.save_json("summary", {"target": cfg.target, "data": WORLD_FACTS, **res.summary()})
-    run.save_table("tune", res.tune)
-    run.save_table("eval", res.eval)
-    run.save_table("diff", res.diff)
-    run.save_table("replies", res.replies)
-    g = res.eval[res.eval["readout"] == "forced_choice"].set_index("condition")["rate"]
-    save_figure(run, "null", F.null_histogram(res.null, float(g["gated"]), res.p, statistic="context rate (forced "
-                                              "choice)", title="Gated vs within-layer shuffled maps (eval split)"),
-                cfg.figure_formats)
+    report = ValidityReport.of(gating_verdicts(res))
+    run.save_result("validity", report)
+    print(report.render())
+    run.save_json("summary", {"target": cfg.target, "data": WORLD_FACTS, **res.summary(),
+                              "verdicts": report.outcomes})
+    for name in ("tune", "eval", "diff", "fluency", "replies"):
+        run.save_table(name, getattr(res, name))
+    if res.gated:
+        g = res.eval[res.eval["readout"] == "forced_choice"].set_index("condition")["rate"]
+        save_figure(run, "null", F.null_histogram(res.null, float(g["gated"]), res.p, statistic="context rate "
+                                                  "(forced choice)", title="Gated vs within-layer shuffled maps "
+                                                  "(eval split)"), cfg.figure_formats)

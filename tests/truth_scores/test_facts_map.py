@@ -236,18 +236,57 @@ def test_world_facts_gating_experiment_end_to_end(tmp_path, bpe_ckpt):
     from interplab.results import load_run
 
     path = run_experiment("truth-gating-sweep", {
-        "target": str(bpe_ckpt), "score_source": "self", "data": "world-facts", "known": "all", "n_maps": "3",
-        "folds": "2", "epochs": "5", "alphas": "0,1,4", "sites": "z", "max_new_tokens": "3",
-        "figure_formats": ""}, root=tmp_path)
+        "target": str(bpe_ckpt), "score_source": "self", "data": "world-facts", "known": "all", "n_facts": "80",
+        "n_maps": "3", "n_null_replies": "1", "folds": "2", "epochs": "5", "normalize_alphas": "0.1,0.3",
+        "contrast_alphas": "6",
+        "sites": "z", "max_new_tokens": "3", "figure_formats": ""}, root=tmp_path)
     run = load_run(path)
     res = run.result("facts_gating")
-    assert isinstance(res, FactsGating) and len(res.null) == 3 and 0 < res.p <= 1
-    assert set(res.tune["mode"]) == {"ungated", "normalize", "contrast"} and len(res.tune) == 5
-    assert res.mode in ("normalize", "contrast") and res.alpha in (1.0, 4.0)
-    assert set(res.eval["condition"]) == {"ungated", "gated"} and (res.eval["lo"] <= res.eval["rate"]).all()
-    assert len(res.replies) == 2 * res.n_split["eval"]
+    assert isinstance(res, FactsGating)
+    assert list(res.tune["mode"]) == ["ungated", "normalize", "normalize", "contrast"]
+    assert res.tune["in_range"].all() and set(res.tune.columns) >= {"eligible", "failed", "nll_per_token",
+                                                                    "distinct_token_rate", "top_reply_share"}
+    tune_replies = res.replies[res.replies["split"] == "tune"]
+    assert len(tune_replies) == 4 * res.n_split["tune"] and tune_replies["tokens"].notna().all()
+    assert set(res.facts) == {"probe", "tune", "eval"} and not set(res.facts["tune"]) & set(res.facts["eval"])
+    report = run.validity()
+    assert report is not None and len(report.verdicts) == 2
+    if res.gated:   # a random model's replies may fail the degeneracy checks for every setting
+        assert res.mode in ("normalize", "contrast") and len(res.null) == 3 and 0 < res.p <= 1
+        assert set(res.eval["condition"]) == {"ungated", "gated"} and (res.eval["lo"] <= res.eval["rate"]).all()
+        assert set(res.replies[res.replies["split"] == "eval"]["condition"]) == {"ungated", "gated", "shuffled 1"}
+    else:
+        assert res.mode == "none" and len(res.null) == 0 and set(report.outcomes.values()) == {"inconclusive"}
     summ = run.json("summary")
-    assert summ["n_maps"] == 3 and "gated_forced_choice" in summ
+    assert summ["select_by"] == "generated_context" and set(summ["verdicts"]) == set(report.outcomes)
+
+
+def test_world_facts_gating_gated_path(bpe_ckpt, monkeypatch):
+    """The gated path end to end on a random model (whose replies fail the degeneracy checks, so every setting is
+    made eligible here: the checks themselves are tested in test_gating_validity): the null, the shuffled maps'
+    replies, and verdicts that name the failed generation checks."""
+    import interplab
+    from interplab.data.world_facts import counterfactual_items, load_facts
+    from interplab.probes.truth import facts_fluency
+    from interplab.probes.truth.facts_gating import facts_gating, split_items
+    from interplab.probes.truth.gating_verdicts import gating_verdicts
+    from interplab.probes.truth.scores import TruthScoresConfig
+
+    monkeypatch.setattr(facts_fluency, "generation_checks", lambda *a, **k: [])
+    model = interplab.load_model(str(bpe_ckpt), device="cpu")
+    probe, tune, ev = split_items(counterfactual_items(load_facts())[:60], seed=1)
+    res = facts_gating(model, probe, tune, ev, probe_config=TruthScoresConfig(folds=2, epochs=5),
+                       alphas={"contrast": [4.5, 7.5]}, n_maps=4, n_null_replies=2, max_new_tokens=3)
+    assert res.gated and (res.mode, res.alpha) in {("contrast", 4.5), ("contrast", 7.5)}
+    assert len(res.null) == 4 and res.p in {k / 5 for k in range(1, 6)}
+    ev_rep = res.replies[res.replies["split"] == "eval"]
+    assert list(ev_rep["condition"].unique()) == ["ungated", "gated", "shuffled 1", "shuffled 2"]
+    assert len(ev_rep) == 4 * len(ev) and np.isfinite(ev_rep["nll"]).any()
+    assert set(res.diff["readout"]) == {"generated_context", "generated_memory", "generated_distractor",
+                                        "forced_choice"}
+    assert set(res.fluency["condition"]) == {"ungated", "gated", "shuffled 1", "shuffled 2"}
+    for v in gating_verdicts(res):
+        assert v.outcome == "inconclusive" and any(c.kind == "repeated_reply" for c in v.failed)
 
 
 def test_a_model_without_chat_template_reads_the_plain_message_with_its_bos(bpe_ckpt):

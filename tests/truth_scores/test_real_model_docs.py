@@ -1,5 +1,5 @@
 """docs/truth_scores.md "On a real model" quotes the committed runs (results/truth-scores-smollm2/,
-results/truth-scores-gemma3/, results/truth-lineage-smollm2/, results/truth-gating-sweep-smollm2/): every table row
+results/truth-scores-gemma3/, results/truth-lineage-smollm2/; the gating runs: test_gating_docs.py): every table row
 is rebuilt here from the run's own files and every claim-table row from its saved validity report, so the docs
 cannot drift from the runs. Run as a script (`python -m tests.truth_scores.test_real_model_docs`) to print the rows
 for the docs."""
@@ -85,28 +85,6 @@ def per_layer_rows(name: str = "SmolLM2-135M-Instruct") -> list[str]:
             + " | ".join(str(v) for v in run.json("contrast")["sig_per_layer"]) + " |"]
 
 
-def gating_run() -> Path | None:
-    found = [d for d in shipped_runs("truth-gating-sweep") if d.parent.name == "truth-gating-sweep-smollm2"]
-    return found[-1] if found else None
-
-
-def gating_rows() -> list[str]:
-    res = load_run(gating_run()).result("facts_gating")
-    rows = []
-    ev = res.eval.set_index(["readout", "condition"])
-    diff = res.diff.set_index("readout")
-    for readout in ("generated_context", "generated_memory", "generated_distractor", "forced_choice"):
-        u, g, d = ev.loc[(readout, "ungated")], ev.loc[(readout, "gated")], diff.loc[readout]
-        rows.append(f"| {readout} | {u['rate']:.3f} [{u['lo']:.3f}, {u['hi']:.3f}] | "
-                    f"{g['rate']:.3f} [{g['lo']:.3f}, {g['hi']:.3f}] | "
-                    f"{d['gated_minus_ungated']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] |")
-    s = res.summary()
-    rows.append(f"chosen on the tune split: mode {res.mode}, α {res.alpha:g} (site {res.site}, rebase {res.rebase}); "
-                f"null of {s['n_maps']} within-layer shuffled maps: mean {s['null_mean']:.3f}, 95th percentile "
-                f"{s['null_q95']:.3f}, p = {s['p_gated_vs_null']:.3f}")
-    return rows
-
-
 def test_docs_quote_the_world_facts_maps():
     runs = map_runs()
     assert set(runs) == {"SmolLM2-135M-Instruct", "Gemma-3-270M"}, runs
@@ -143,13 +121,6 @@ def _sig_S(d: Path) -> np.ndarray:
     """S of the heads that beat the family-wise null on S."""
     fm = load_run(d).result("facts_map")
     return fm.scores.scores[fm.significant("maxt", "S")]
-
-
-def test_docs_quote_the_gating_run():
-    assert gating_run() is not None
-    doc = DOC.read_text()
-    for line in gating_rows():
-        assert line in doc, f"docs/truth_scores.md lacks {line!r}"
 
 
 def lineage_run() -> Path:
@@ -217,20 +188,9 @@ def test_readme_quotes_the_smollm2_maps_and_lineage():
         assert q in flat, f"README.md does not quote {q!r}"
 
 
-def test_readme_quotes_the_gating_run():
-    res = load_run(gating_run()).result("facts_gating")
-    d = res.diff.set_index("readout").loc["forced_choice"]
-    flat = " ".join((ROOT / "README.md").read_text().split())
-    for q in (f"(forced choice {d['gated_minus_ungated']:+.3f}".replace("-", "−"),
-              f"p = {res.summary()['p_gated_vs_null']:.3f} against {res.summary()['n_maps']} shuffled maps"):
-        assert q in flat, f"README.md does not quote {q!r}"
-
-
 if __name__ == "__main__":
     from interplab.probes.validity import ValidityReport
 
     print("\n".join(map_rows() + per_layer_rows() + lineage_rows()), "\n")
     for d in [*map_runs().values(), lineage_run()]:
         print(d.name, "\n" + ValidityReport.load(d / "validity").markdown(), "\n")
-    if gating_run() is not None:
-        print("\n".join(gating_rows()))

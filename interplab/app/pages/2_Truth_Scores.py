@@ -331,3 +331,30 @@ if facts is not None:
     sig = facts.to_frame()
     st.dataframe(sig[sig["sig_maxt"]].sort_values("score", ascending=False).round(4), hide_index=True,
                  key="ts_facts_table")
+
+# ------------------------------------------------------------------------------------------------ world-facts gating
+st.header("8 · On a real model: TruthProbe gating on world facts")
+st.caption("The map (the model's own, or another model's with the same head grid: a base map gating its "
+           "descendant) gates the model on held-out facts; the gate mode and α are chosen on tune facts, inside the "
+           "paper's α ranges and only among settings whose tune replies pass the degeneracy checks. The verdicts "
+           "and every check behind them come with the run. Run it with `interplab run truth-gating-sweep --set "
+           "target=real:smollm2-135m-instruct` (docs/truth_scores.md, *On a real model*).")
+fg = saved_result("truth-gating-sweep", "facts_gating", "ts_fg_run", label="Saved world-facts gating run",
+                  hint=" --set target=real:smollm2-135m-instruct")
+if fg is not None:
+    summ = fg.summary()
+    c1, c2, c3 = st.columns(3)
+    c1.metric("map → gated model", f"{fg.score_source} → {fg.model}")
+    c2.metric("chosen on the tune split", f"{fg.mode} α {fg.alpha:g}" if fg.gated else "nothing eligible")
+    if fg.gated:
+        c3.metric("p against shuffled maps", f"{fg.p:.3f}", help=f"{summ['n_maps']} within-layer shuffles")
+        if fg.choice.get("within_noise"):
+            st.warning(f"On the tune split the chosen gate is within noise of no gate ({fg.choice['diff']:+.3f} "
+                       f"[{fg.choice['lo']:+.3f}, {fg.choice['hi']:+.3f}]): the choice is nominal.")
+    st.dataframe(fg.tune.round(4), hide_index=True, key="ts_fg_tune")
+    st.dataframe(fg.eval.round(4), hide_index=True, key="ts_fg_eval")
+    st.dataframe(fg.fluency.round(4), hide_index=True, key="ts_fg_fluency")
+    if fg.gated:
+        g = fg.eval[fg.eval["readout"] == "forced_choice"].set_index("condition")["rate"]
+        show_figure(F.null_histogram(fg.null, float(g["gated"]), fg.p, statistic="context rate (forced choice)",
+                                     title="Gated vs within-layer shuffled maps (eval split)"), key="ts_fg_null")

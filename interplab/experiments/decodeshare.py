@@ -173,7 +173,9 @@ class DecodeShareTasksConfig:
     """Settings of `decodeshare-tasks`: which built-in real-model tasks (`interplab.data.decode_tasks`) the model
     answers, unedited, on the evaluation split the study uses (the same seed, n_calib and n_eval select the same
     rows). tasks: any of `REAL_TASKS` (default all). eval_max_new_tokens: reply length (a short sentence).
-    min_acc: the generation exact match a task needs to enter the study (the issue's 60 %)."""
+    min_acc: the generation exact match a task needs to enter the study (the issue's 60 %). split: 'eval' screens
+    the rows the study scores, 'calib' the study's calibration rows (disjoint from them), so the task set can be
+    chosen on items the study does not score."""
     model: str = "real:smollm2-135m-instruct"
     backend: str = "bridge"
     dtype: str = "float32"
@@ -182,6 +184,7 @@ class DecodeShareTasksConfig:
     n_eval: int = 40
     eval_max_new_tokens: int = 12
     min_acc: float = 0.6
+    split: str = "eval"
     n_boot: int = 2000
     batch_size: int = 32
     seed: int = 0
@@ -190,6 +193,8 @@ class DecodeShareTasksConfig:
         # task names are checked once, where the rows are built (decode_tasks.decode_task_rows)
         if not 0 < self.min_acc <= 1:
             raise ConfigError(f"min_acc must be in (0, 1]; got {self.min_acc}")
+        if self.split not in ("eval", "calib"):
+            raise ConfigError(f"split must be 'eval' or 'calib'; got {self.split!r}")
 
 
 @register_experiment("decodeshare-tasks", config=DecodeShareTasksConfig,
@@ -202,11 +207,12 @@ def decodeshare_tasks(cfg: DecodeShareTasksConfig, run) -> None:
 
     cfg.validate()
     model = _load(cfg)
-    _, evals = real_task_sets(model, cfg.tasks, n_calib=cfg.n_calib, n_eval=cfg.n_eval, seed=cfg.seed)
-    screen = screen_tasks(model, evals, min_acc=cfg.min_acc, max_new_tokens=cfg.eval_max_new_tokens,
+    calib, evals = real_task_sets(model, cfg.tasks, n_calib=cfg.n_calib, n_eval=cfg.n_eval, seed=cfg.seed)
+    rows = evals if cfg.split == "eval" else calib
+    screen = screen_tasks(model, rows, min_acc=cfg.min_acc, max_new_tokens=cfg.eval_max_new_tokens,
                           batch_size=cfg.batch_size, n_boot=cfg.n_boot, seed=cfg.seed)
     run.save_result("screen", screen)
     run.save_table("tasks", screen.table)
     run.save_table("examples", screen.examples)
-    run.save_json("passing", {"min_acc": screen.min_acc, "tasks": screen.passing})
+    run.save_json("passing", {"min_acc": screen.min_acc, "tasks": screen.passing, "split": cfg.split})
     save_figure(run, "tasks", ablation_figure(screen.table, metric="gen", title="Unedited exact match per task"))

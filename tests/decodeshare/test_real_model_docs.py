@@ -19,7 +19,7 @@ CONDITIONS = ("shared", "prefill-est", "haar", "var-matched", "alpha-match", "k-
 # layer 24 was not rerun with the sweep (it did not fit the session's CPU budget): the docs call its claims
 # inconclusive and quote no number of it
 LAYERS = (15,)
-SCREENS = ("screen",)
+SCREENS = ("screen", "screen-calib")
 
 
 def _iv(v: float, lo: float, hi: float, signed: bool = False) -> str:

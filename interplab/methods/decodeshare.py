@@ -31,12 +31,15 @@ METHOD = MethodSpec(
                            "null_perm_B=10", "null_rot_B=2", "n_boot=50", "batch_size=4")},
     atlas="interplab.probes.decodeshare.atlas_part:PART",
     # the documented SmolLM2 runs (docs/decodeshare.md "On a real model"): the built-in real-model tasks it answers
-    # at >= 60 % (results/decodeshare-tasks-smollm2), steering between the two noun tasks; the estimator x locus
-    # grid and the alpha sweep are left to --set parts=... (each condition costs about a minute of CPU here)
+    # at >= 60 % (results/decodeshare-tasks-smollm2), steering between the two noun tasks, the matched-energy alpha
+    # sweep over the spec's strengths up to 1 (above 1 is a reflection), scored by generation only (forced choice
+    # costs twice a generation pass, about a minute per condition on one CPU thread), a rotation null of 100
+    # draws (p can reach 0.01); the estimator x locus grid is left to --set parts=...
     model_defaults={
         "decodeshare": {"model=real:smollm2-135m-instruct": (
-            "data=real-tasks", f"tasks={REAL_DEFAULT}", "n_calib=32", "n_eval=40", "parts=table,loto,steer",
-            "steer_from=first_letter", "steer_to=plural")},
+            "data=real-tasks", f"tasks={REAL_DEFAULT}", "n_calib=32", "n_eval=40", "parts=table,loto,alpha,steer",
+            "metrics=gen", "alphas=0.25,0.5,0.75,1", "null_rot_B=100", "steer_from=first_letter",
+            "steer_to=plural")},
         "decodeshare-layers": {"model=real:smollm2-135m-instruct": (
             "data=real-tasks", f"tasks={REAL_DEFAULT}", "n_calib=32")},
         "decodeshare-tasks": {"model=real:smollm2-135m-instruct": ("n_eval=40",)}},

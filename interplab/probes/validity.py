@@ -44,6 +44,7 @@ CHECK_KINDS: dict[str, str] = {
     "sampling_units": "too few sampling units, or an interval over the wrong unit",
     "multiple_testing": "several tests without a correction",
     "reliability_ceiling": "the comparison sits at its own reliability ceiling, so it could not have failed",
+    "null_resolution": "a Monte-Carlo null too small to reach the (corrected) significance level",
 }
 
 
@@ -364,3 +365,19 @@ def reliability_ceiling(observed: float, ceiling: float, *, subject: str, drift:
     return Check("reliability_ceiling", subject, ok, drift, min_drift,
                  f"{drift_name} {drift:.3g} (at least {min_drift:.3g} to count as moved); similarity "
                  f"{observed:.3f} against the ceiling {ceiling:.3f} (the base's own reliability)")
+
+
+# ----------------------------------------------------------------------------------------------- null size
+__all__ += ["null_resolution"]
+
+
+def null_resolution(n_draws: int, *, subject: str, n_tests: int = 1, level: float = 0.05) -> Check:
+    """A Monte-Carlo p-value (1 + #{null >= observed}) / (1 + B) is at least 1 / (B + 1); read over `n_tests`
+    tests with Holm or Bonferroni, the smallest corrected p is n_tests / (B + 1). It fails when that floor is above
+    `level`: no observation could have been significant, so "not significant" says nothing (use more draws)."""
+    b, n = int(n_draws), max(int(n_tests), 1)
+    floor = n / (b + 1) if b >= 0 else float("inf")
+    return Check("null_resolution", subject, floor <= level, floor, level,
+                 f"{b} null draws: the smallest p is 1/{b + 1} = {1 / (b + 1):.3g}"
+                 + (f", {floor:.3g} after correcting over {n} tests" if n > 1 else "")
+                 + f"; at most {level:g} needed to reject (at least {math.ceil(n / level - 1e-9) - 1} draws)")

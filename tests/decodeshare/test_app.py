@@ -56,10 +56,19 @@ def test_page_shows_the_shipped_smollm2_runs(monkeypatch, checkpoint_factory):
     screen = next(d.value for d in at.dataframe if "passes" in d.value.columns)
     shipped = pd.read_csv(shipped_runs("decodeshare-tasks")[-1] / "tables" / "tasks.csv")
     assert list(screen["task"]) == list(shipped["task"]) and int(screen["passes"].sum()) == int(shipped["passes"].sum())
-    info = load_run(at.session_state["ds_real_study"]).json("info")
+    run = load_run(at.session_state["ds_real_study"])
+    info = run.json("info")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["|S| decode / k"] == f"{info['k_s']} / {info['k']}" and metrics["layer"] == str(info["layer"])
-    assert {"ds_real_gen__chart", "ds_real_fc__chart", "ds_real_steer__chart"} <= {c.key for c in at.get("plotly_chart")}
+    assert {"ds_real_gen__chart", "ds_real_sweep__chart", "ds_real_steer__chart"} <= {
+        c.key for c in at.get("plotly_chart")}
+    # the run's verdicts are on the page, each inconclusive one as a warning that names why
+    report = run.validity()
+    warnings = " ".join(str(w.value) for w in at.warning)
+    for v in report.verdict_list():
+        assert v.claim in _text(at)
+        if v.outcome == "inconclusive":
+            assert v.claim in warnings and v.reason.split(";")[0][:60] in warnings
 
 
 def _small_page():
@@ -88,6 +97,9 @@ def test_page_renders_and_runs_ablation(monkeypatch, toy_ckpt):
     assert not at.error, [e.value for e in at.error]
     assert "ds_result" in at.session_state and len(at.dataframe) >= 1
     assert len(at.get("plotly_chart")) >= 4
+    # what the page computed live carries its verdicts too (4 eval items per task: too few units, a warning)
+    assert "H2, removing Q_S only while decoding lowers accuracy" in _text(at)
+    assert any("sampling_units" in str(w.value) for w in at.warning)
 
 
 @pytest.mark.slow

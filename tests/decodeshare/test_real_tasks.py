@@ -131,6 +131,8 @@ def test_real_task_sets_are_disjoint_and_templated(chat_ckpt):
 
 
 def test_study_and_scan_run_on_real_tasks_end_to_end(tmp_path, chat_ckpt):
+    import pandas as pd
+
     from interplab.experiments.registry import run_experiment
     from interplab.results import load_run
 
@@ -138,11 +140,17 @@ def test_study_and_scan_run_on_real_tasks_end_to_end(tmp_path, chat_ckpt):
               "n_calib": "6", "calib_max_new_tokens": "4", "null_perm_B": "5", "null_rot_B": "2",
               "batch_size": "8"}
     path = run_experiment("decodeshare", {**common, "n_eval": "4", "eval_max_new_tokens": "4", "n_boot": "20",
-                                          "parts": "table,loto,steer", "steer_from": "first_letter",
-                                          "steer_to": "plural", "steer_scales": "1.0", "tau_k": "0.5"},
+                                          "parts": "table,loto,alpha,steer", "metrics": "gen", "alphas": "0.5,1",
+                                          "steer_from": "first_letter", "steer_to": "plural",
+                                          "steer_scales": "1.0", "tau_k": "0.5"},
                           root=tmp_path)
     run = load_run(path)
     study = run.result("study")
+    assert set(study.table["metric"]) == {"gen"} and set(study.sweep_controls["alpha"]) == {0.5, 1.0}
+    # the run judged itself: its verdicts name the layer and every claim its sections can speak to
+    claims = list(run.validity().verdicts["claim"])
+    assert any("alpha-match control" in c for c in claims) and any("LOTO" in c for c in claims)
+    assert any("steering vector" in c for c in claims) and all(c.startswith("L") for c in claims)
     assert study.config.tasks == ["first_letter", "plural", "antonym"]
     assert study.error is None, study.error
     assert set(study.table["task"]) == {"first_letter", "plural", "antonym", "all"}
@@ -150,10 +158,25 @@ def test_study_and_scan_run_on_real_tasks_end_to_end(tmp_path, chat_ckpt):
     assert 0 <= study.steering.info["p_sh_v_vs_haar"] <= 1
     scan = run_experiment("decodeshare-layers", {**common, "layers": "all"}, root=tmp_path)
     assert sorted(set(load_run(scan).result("scan").summary["layer"])) == [0, 1]
+    assert len(load_run(scan).validity().verdicts) == 2                  # H1 under each null, Holm over layers
+    # a saved scan judged again from its tables alone: same verdicts, no model, no recomputation
+    again = load_run(run_experiment("decodeshare-layers", {"from_run": str(scan)}, root=tmp_path))
+    assert "scan" not in again.result_names and again.json("source")["run"] == str(scan)
+    pd.testing.assert_frame_equal(again.validity().verdicts, load_run(scan).validity().verdicts)
     screen = run_experiment("decodeshare-tasks", {"model": str(chat_ckpt), "tasks": "capital,plural",
                                                   "n_calib": "3", "n_eval": "3", "eval_max_new_tokens": "3",
                                                   "n_boot": "20"}, root=tmp_path)
-    import pandas as pd
+    held = run_experiment("decodeshare-tasks", {"model": str(chat_ckpt), "tasks": "capital,plural",
+                                                "n_calib": "3", "n_eval": "3", "eval_max_new_tokens": "3",
+                                                "n_boot": "20", "split": "calib"}, root=tmp_path)
+    from interplab.probes.decodeshare.tasks import real_task_sets
+    import interplab
+
+    calib, evals = real_task_sets(interplab.load_model(str(chat_ckpt), device="cpu"), ["capital"], n_calib=3,
+                                  n_eval=3)
+    shown = load_run(held).result("screen").examples
+    assert load_run(held).json("passing")["split"] == "calib"
+    assert len(shown[(shown["task"] == "capital") & (shown["metric"] == "gen")]) == len(calib["capital"]) == 3
 
     tab = pd.read_csv(screen / "tables" / "tasks.csv")
     assert set(tab["task"]) == {"capital", "plural", "all"} and set(tab["metric"]) == {"fc", "gen"}
@@ -168,5 +191,9 @@ def test_smollm2_defaults():
     smol = {"model": "real:smollm2-135m-instruct"}
     d = model_defaults("decodeshare", smol)
     assert d["data"] == "real-tasks" and d["steer_to"] == "plural"
+    # the documented runs read the matched-energy sweep over strengths up to 1, on generation, with a rotation
+    # null that can reach p = 0.01
+    assert "alpha" in d["parts"] and d["metrics"] == "gen" and d["alphas"] == "0.25,0.5,0.75,1"
+    assert int(d["null_rot_B"]) >= 39
     assert model_defaults("decodeshare-layers", smol)["data"] == "real-tasks"
     assert model_defaults("decodeshare", {"model": "zoo:toy-chat"}) == {}

@@ -10,7 +10,9 @@ import streamlit as st
 st.set_page_config(page_title="interplab · DecodeShare", page_icon=":microscope:", layout="wide")
 
 from interplab.app.model_jobs import is_organism, loaded_model_job, model_settings  # noqa: E402
-from interplab.app.widgets import page_model, parse_list, saved_result, show_figure  # noqa: E402
+from interplab.app.widgets import (  # noqa: E402
+    page_model, parse_list, saved_result, show_figure, validity_panel,
+)
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.decodeshare import (  # noqa: E402
     ablation_figure, alpha_sweep_figure, h3_grid_figure, principal_angle_figure, sensitivity_figure,
@@ -21,6 +23,8 @@ from interplab.probes.decodeshare import (  # noqa: E402
     ALL_TASKS, DecodeShareConfig, calibration_states, estimate_subspaces, multitask_sets, patchback_bases,
     resolve_format, run_study, sensitivity_sweep, study_patchback,
 )
+from interplab.probes.decodeshare.verdicts import study_verdicts  # noqa: E402
+from interplab.probes.validity import ValidityReport  # noqa: E402
 
 st.title("DecodeShare")
 st.caption("Residual states at generated tokens (KV-cached decode steps) share a small subspace across tasks "
@@ -76,19 +80,31 @@ with st.expander("On a real model: built-in chat tasks (`data=real-tasks`)", exp
         c[1].metric("|S| decode / k", f"{inf['k_s']} / {inf['k']}")
         c[2].metric("|S| prefill", inf["k_s_prefill"])
         c[3].metric("p (permutation null)", f"{inf['p_perm']:.3g}")
+        real_metrics = list(real_study.config.metrics)
         if real_study.table is not None:
-            c1, c2 = st.columns(2)
-            with c1:
-                show_figure(ablation_figure(real_study.table, metric="gen", title="Generation (exact match)"),
-                            key="ds_real_gen")
-            with c2:
-                show_figure(ablation_figure(real_study.table, metric="fc", title="Forced choice"), key="ds_real_fc")
-            st.caption("Shared removal minus each control, paired over the same examples (all tasks pooled):")
+            cols = st.columns(len(real_metrics))
+            for col, m in zip(cols, real_metrics):
+                with col:
+                    show_figure(ablation_figure(real_study.table, metric=m, title={
+                        "gen": "Generation (exact match)", "fc": "Forced choice"}[m]), key=f"ds_real_{m}")
+            st.caption("Shared removal minus each control at alpha = 1, paired over the same examples (all tasks "
+                       "pooled):")
             st.dataframe(real_study.shared_vs_controls.round(3), hide_index=True, key="ds_real_vs")
+        if real_study.sweep_controls is not None:
+            st.caption("The matched-energy alpha sweep: at each strength of the shared removal, the alpha- and "
+                       "k-matched controls asked to remove the same energy (target) and what they achieve; a "
+                       "control off its target (±10 %) or needing alpha_C > 1 (a reflection) is not evaluated. "
+                       "The verdicts above read every alpha evaluated, Holm-corrected.")
+            show_figure(alpha_sweep_figure(real_study.alpha_sweep, metric=real_metrics[-1]), key="ds_real_sweep")
+            st.dataframe(real_study.sweep_controls.drop(columns=["note"]).round(3), hide_index=True,
+                         key="ds_real_sweep_controls")
         if real_study.steering is not None:
             si = real_study.steering.info
+            var = (f", drawn with the decode states' covariance: {si['sh_v_var_mean']:.3f}, p "
+                   f"{si['p_sh_v_vs_var']:.2g}" if "sh_v_var_mean" in si else "")
             st.caption(f"Steering {si['from']} -> {si['to']}: share of the task vector in the shared subspace "
-                       f"{si['sh_v']:.3f} (random subspaces of the same size: {si['sh_v_haar_mean']:.3f}).")
+                       f"{si['sh_v']:.3f} (random subspaces of the same size: Haar {si['sh_v_haar_mean']:.3f}"
+                       f"{var}).")
             show_figure(steering_figure(real_study.steering.table), key="ds_real_steer")
 
 
@@ -235,6 +251,8 @@ if res is not None and res[0] == model_key:
     out = res[1]
     if out.error:
         st.warning(out.error)
+    # what this run's numbers can support, with each failed check as a warning (the saved runs show the same)
+    validity_panel(ValidityReport.of(study_verdicts(out)), key="ds_live_validity")
     metric = st.radio("Metric", ["gen", "fc"], horizontal=True, key="ds_metric",
                       format_func=lambda x: {"gen": "generation exact match", "fc": "forced choice"}[x])
     if out.table is not None:
@@ -245,6 +263,7 @@ if res is not None and res[0] == model_key:
         show_figure(h3_grid_figure(out.h3, metric=metric), key="ds_h3")
     if out.alpha_sweep is not None:
         show_figure(alpha_sweep_figure(out.alpha_sweep, metric=metric), key="ds_alpha")
+        st.dataframe(out.sweep_controls.drop(columns=["note"]).round(3), hide_index=True, key="ds_sweep_controls")
 
 st.subheader("Patchback")
 st.caption("On the examples the decode-only removal of the shared subspace flips (baseline correct, ablated "

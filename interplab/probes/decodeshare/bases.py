@@ -10,7 +10,7 @@ from interplab.core.errors import ConfigError
 from interplab.core.shapes import orthonormalize
 from interplab.probes.decodeshare.estimator import SharedSubspace, shared_subspace
 from interplab.probes.decodeshare.subspaces import (
-    alpha_matched_control, energy_pool, haar_basis, k_matched_control, variance_matched_control,
+    alpha_matched_control, energy_pool, haar_basis, k_matched_control, mean_energy, variance_matched_control,
 )
 
 __all__ = ["Condition", "matched_prefill_basis", "build_bases"]
@@ -19,14 +19,18 @@ __all__ = ["Condition", "matched_prefill_basis", "build_bases"]
 @dataclass
 class Condition:
     """One ablation condition: the basis removed (None when the control could not be built), its strength and
-    how it was made."""
+    how it was made. energy / target: the energy it removes on the energy states (alpha^2 mean ||Q^T h||^2) and
+    the shared removal's at its strength, which the energy controls are asked to match (filled by
+    `build_bases`; the other controls report theirs against the same target)."""
     basis: np.ndarray | None
     alpha: float
     note: str
+    energy: float | None = None
+    target: float | None = None
 
     def summary(self) -> dict:
         return {"k": None if self.basis is None else int(self.basis.shape[1]), "alpha": self.alpha,
-                "note": self.note}
+                "note": self.note, "energy": self.energy, "target": self.target}
 
 
 def matched_prefill_basis(ss_pre: SharedSubspace, k: int, prefill_states=None) -> tuple[np.ndarray, str]:
@@ -81,6 +85,11 @@ def build_bases(ss_dec: SharedSubspace, ss_pre: SharedSubspace, energy_states: n
     else:
         for n in ("alpha-match", "k-match"):
             out[n] = Condition(None, alpha, f"skipped: energy pool has {pool.shape[1]} < k_S columns")
+    target = alpha ** 2 * mean_energy(energy_states, ss_dec.basis)
+    for c in out.values():
+        c.target = float(target)
+        if c.basis is not None:
+            c.energy = float(c.alpha ** 2 * mean_energy(energy_states, c.basis))
     return out
 
 

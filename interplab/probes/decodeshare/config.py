@@ -52,7 +52,10 @@ class DecodeShareConfig(DecodeShareSetup):
     alpha: removal strength of the ablation table. variant: 'plain' (decode-only) or 'boundary' (also the last
     prompt token). energy_states: states the energy controls are matched on ('edited' = decode states,
     'boundary' = last prompt token states as in the reference code). kmatch_rule: see `k_matched_control`.
-    null_perm_B / null_rot_B: null trials. alphas: alpha sweep values. steer_scales: steering scales (multiples of
+    null_perm_B / null_rot_B: null trials. alphas: the strengths of the matched-energy sweep (part `alpha`,
+    `sweep.plan_sweep`; 0 is the baseline, values above 1 are reflections and are flagged).
+    metrics: what each condition is scored on, 'fc' (forced choice) and/or 'gen' (generation exact match);
+    forced choice costs about twice a generation pass on a real model. steer_scales: steering scales (multiples of
     ||v||). steer_from / steer_to: the diff-of-means task pair (v = mean(to) - mean(from), added to `from`
     prompts). n_boot: bootstrap resamples. batch_size: generation batch. seed: everything else.
     parts: which sections to run (a subset of `STUDY_PARTS`; patchback and ranking are opt-in). patch_windows: the
@@ -85,6 +88,7 @@ class DecodeShareConfig(DecodeShareSetup):
     steer_to: str = "inc"
     n_boot: int = 2000
     parts: list[str] = field(default_factory=lambda: ["table", "loto", "h3", "alpha", "steer"])
+    metrics: list[str] = field(default_factory=lambda: ["fc", "gen"])
     patch_windows: list[str] = field(default_factory=lambda: ["0", "0,1", "all"])
     rank_n_eval: int = 32
     rank_real_sets: int = 2
@@ -101,6 +105,8 @@ class DecodeShareConfig(DecodeShareSetup):
         bad = set(self.parts) - set(STUDY_PARTS)
         if bad:
             raise ConfigError(f"unknown parts {sorted(bad)}; use a subset of {','.join(STUDY_PARTS)}")
+        if not self.metrics or set(self.metrics) - {"fc", "gen"}:
+            raise ConfigError(f"metrics must be a non-empty subset of fc,gen; got {self.metrics}")
         if self.variant not in ("plain", "boundary"):
             raise ConfigError(f"variant must be 'plain' or 'boundary'; got {self.variant!r}")
         if self.energy_states not in ("edited", "boundary"):
@@ -113,11 +119,13 @@ class DecodeShareLayersConfig(DecodeShareSetup):
     the shared fields). layers: layer indices or 'all'. sweep_layer: layer of the tau/rho sensitivity sweep
     (-1 = middle). tau_ks: thresholds to report; 0 = the literal `tau`, x > 0 = tau_k = x (tau = x / k).
     data: a user file or 'real-tasks' (as DecodeShareConfig.data); its calibration rows replace the organisms'
-    tasks."""
+    tasks. from_run: a saved `decodeshare-layers` run to judge again from its tables (no model is loaded; the
+    null sizes are the saved run's, the other fields are ignored)."""
     layers: list[int] | str = "all"
     sweep_layer: int = -1
     tau_ks: list[float] = field(default_factory=lambda: [0.0, 1.0])
     data: str = ""
+    from_run: str = ""
 
 
 def resolve_layer(model, layer: int) -> int:

@@ -6,8 +6,12 @@
    subsampled to the prefill counts.
 3. `run_study`: both, the nulls, then the sections chosen in `DecodeShareConfig.parts`: the ablation table
    (baseline vs shared-removed vs the controls of `build_bases`, forced choice and generation, bootstrap CIs and
-   paired sign-flip p-values), leave-one-task-out, the prefill-vs-decode estimator x locus grid (h3), the alpha
-   sweep, the steering overlap, and the opt-in patchback rescue rates and stage-aligned steering ranking.
+   paired sign-flip p-values), leave-one-task-out, the prefill-vs-decode estimator x locus grid (h3), the
+   matched-energy alpha sweep (`sweep`), the steering overlap, and the opt-in patchback rescue rates and
+   stage-aligned steering ranking.
+
+What the study's numbers can support is judged by `verdicts.study_verdicts`, which the `decodeshare` experiment
+saves as the run's validity report.
 """
 from __future__ import annotations
 
@@ -29,8 +33,9 @@ from interplab.probes.decodeshare.patchback import PatchbackResult, patchback_co
 from interplab.probes.decodeshare.ranking import RankingResult
 from interplab.probes.decodeshare.steering import SteeringOverlap, steering_study
 from interplab.probes.decodeshare.subspaces import (
-    alpha_matched_control, angle_summary, energy_pool, haar_basis, k_matched_control, principal_angles,
+    alpha_matched_control, angle_summary, haar_basis, principal_angles,
 )
+from interplab.probes.decodeshare.sweep import controls_frame, plan_sweep
 from interplab.probes.decodeshare.tasks import BUILTIN_DATA, TaskSet, multitask_sets, real_task_sets, resolve_format
 
 __all__ = ["CalibrationStates", "calibration_states", "SubspaceEstimate", "estimate_subspaces", "DecodeShareStudy",
@@ -92,8 +97,16 @@ class DecodeShareStudy(Result):
     settings. Every section not in `config.parts` (or skipped because |S| = 0, see `error`) is None.
 
     table / table_examples: the ablation summary and its per-example rows; shared_vs_controls: accuracy under
-    shared removal minus under each control, paired over the same examples (bootstrap CI, sign-flip p); loto: leave-one-task-out; h3: the
-    estimator x locus grid; alpha_sweep: accuracy vs alpha for the shared basis and its controls."""
+    shared removal minus under each control, paired over the same examples (bootstrap CI, sign-flip p); loto:
+    leave-one-task-out, per held-out task; loto_contrasts: pooled over the held-out tasks, each LOTO control minus
+    the LOTO removal, paired over items; h3: the estimator x locus grid; alpha_sweep: accuracy vs alpha of the
+    shared removal and the energy controls it evaluated; sweep_controls: per (energy control, alpha) the target
+    and achieved energy, the control's strength and whether it was usable (`sweep.controls_frame`);
+    sweep_contrasts: per (control, alpha, metric) the control's accuracy minus the shared removal's, paired over
+    the same items (positive = the shared removal hurts more).
+
+    info also holds metrics, baseline_acc {metric: pooled accuracy}, floor {metric: the chance/floor rate},
+    n_items and the null sizes, which `verdicts.study_verdicts` reads."""
     config: DecodeShareConfig
     info: dict
     subspaces: SubspaceEstimate
@@ -106,6 +119,9 @@ class DecodeShareStudy(Result):
     h3: pd.DataFrame | None = None
     alpha_sweep: pd.DataFrame | None = None
     steering: SteeringOverlap | None = None
+    sweep_controls: pd.DataFrame | None = None
+    sweep_contrasts: pd.DataFrame | None = None
+    loto_contrasts: pd.DataFrame | None = None
     patchback: PatchbackResult | None = None
     ranking: RankingResult | None = None
     error: str | None = None
@@ -132,7 +148,8 @@ class _Context:
 
     def evaluate(self, edits, condition: str, sets=None) -> pd.DataFrame:
         return evaluate_condition(self.model, self.evals if sets is None else sets, edits, condition=condition,
-                                  max_new_tokens=self.cfg.eval_max_new_tokens, batch_size=self.cfg.batch_size)
+                                  metrics=self.cfg.metrics, max_new_tokens=self.cfg.eval_max_new_tokens,
+                                  batch_size=self.cfg.batch_size)
 
     def projection(self, basis, alpha, variant=None, **locus):
         return decode_projection(self.layer, basis, alpha, variant or self.cfg.variant, **locus)
@@ -207,6 +224,12 @@ def run_study(model, cfg: DecodeShareConfig, *, progress: Callable[[str], None] 
     ctx = _Context(model, cfg, L, fmt, evals, say)
     say("baseline")
     ctx.baseline = ctx.evaluate([], "baseline")
+    info["metrics"] = list(cfg.metrics)
+    info["baseline_acc"] = {m: float(d["correct"].mean()) for m, d in ctx.baseline.groupby("metric")}
+    # the floor of each metric: generation exact match 0; forced choice the chance rate of its candidates
+    info["floor"] = {"gen": 0.0, "fc": float(np.mean([1 / len(c) for s in evals.values() for c in s.fc_cands]))}
+    info["n_items"] = int(sum(len(s) for s in evals.values()))
+    info["null_perm_B"], info["null_rot_B"] = cfg.null_perm_B, cfg.null_rot_B
     _run_sections(ctx, study, states, bases, e_states)
     return study
 
@@ -219,14 +242,15 @@ def _run_sections(ctx: _Context, study: DecodeShareStudy, states: CalibrationSta
         study.shared_vs_controls = shared_minus_controls(study.table, ctx.summarize(study.table_examples,
                                                                                     baseline="shared"))
     if "loto" in parts and len(cfg.tasks) >= 3:
-        study.loto = _loto(ctx, states.decode, ss.d)
+        study.loto, study.loto_contrasts = _loto(ctx, states.decode, ss.d)
     if "h3" in parts:
         study.h3 = _h3_grid(ctx, ss, study.subspaces.prefill, states.prefill, e_states)
     if "alpha" in parts:
-        study.alpha_sweep = _alpha_sweep(ctx, ss, bases["haar"].basis, e_states)
+        study.alpha_sweep, study.sweep_controls, study.sweep_contrasts = _alpha_sweep(ctx, ss, e_states,
+                                                                                      study.table_examples)
     if "steer" in parts:
         study.steering = steering_study(ctx.model, cfg, ctx.layer, ss, ctx.fmt, ctx.say,
-                                        real=cfg.data in BUILTIN_DATA)
+                                        real=cfg.data in BUILTIN_DATA, null_states=states.decode)
     if "patchback" in parts:
         study.patchback = study_patchback(ctx.model, ctx.evals, bases, layer=ctx.layer, windows=cfg.patch_windows,
                                           max_new_tokens=cfg.eval_max_new_tokens, batch_size=cfg.batch_size,
@@ -257,9 +281,12 @@ def shared_minus_controls(table: pd.DataFrame, vs_shared: pd.DataFrame) -> pd.Da
                          "p": d["p_vs_baseline"], "n": d["n"]}).reset_index(drop=True)
 
 
-def _loto(ctx: _Context, decode: Mapping[str, np.ndarray], d: int) -> pd.DataFrame | None:
+def _loto(ctx: _Context, decode: Mapping[str, np.ndarray], d: int
+          ) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     """Each task evaluated with the shared subspace estimated without it, a Haar basis of the same size, and that
-    Haar basis energy-matched (alpha_C^2 E_C = alpha^2 E_S on the fold's decode states; spec §6.2)."""
+    Haar basis energy-matched (alpha_C^2 E_C = alpha^2 E_S on the fold's decode states; spec §6.2; its alpha_C
+    is recorded, since above 1 it is a reflection). Returns the per-task summary and, pooled over the held-out
+    tasks, each LOTO control minus the LOTO removal paired over items."""
     rows = []
     for t in ctx.cfg.tasks:
         ctx.say(f"LOTO: held out {t}")
@@ -274,11 +301,18 @@ def _loto(ctx: _Context, decode: Mapping[str, np.ndarray], d: int) -> pd.DataFra
                                ("loto-haar-energy", he.basis, he.alpha)):
             d_ = ctx.evaluate([ctx.projection(basis, a)], name, sets={t: ctx.evals[t]})
             d_["k_fold"] = fold.k_s
+            d_["alpha"] = a
             rows.append(d_)
     if not rows:
-        return None
+        return None, None
     lo = ctx.summarize(pd.concat([ctx.baseline] + rows, ignore_index=True))
-    return lo[lo["task"] != "all"].reset_index(drop=True)
+    alphas = pd.concat(rows).groupby(["condition", "task"])["alpha"].first()
+    lo = lo[lo["task"] != "all"].reset_index(drop=True)
+    lo["alpha"] = [alphas.get((c, t), 0.0) for c, t in zip(lo["condition"], lo["task"])]
+    # pooled over the held-out tasks: each control minus the LOTO removal, paired item by item
+    vs = ctx.summarize(pd.concat(rows, ignore_index=True), baseline="loto-removed")
+    vs = vs[(vs["task"] == "all") & (vs["condition"] != "loto-removed")].reset_index(drop=True)
+    return lo, vs
 
 
 def _h3_grid(ctx: _Context, ss: SharedSubspace, ss_pre: SharedSubspace, prefill: Mapping,
@@ -308,27 +342,49 @@ def _h3_grid(ctx: _Context, ss: SharedSubspace, ss_pre: SharedSubspace, prefill:
     return h3.reset_index(drop=True)
 
 
-def _alpha_sweep(ctx: _Context, ss: SharedSubspace, haar, e_states: np.ndarray) -> pd.DataFrame:
-    """The shared basis, the Haar basis and the energy-matched controls at every alpha of `cfg.alphas`."""
+def _alpha_sweep(ctx: _Context, ss: SharedSubspace, e_states: np.ndarray, table_examples: pd.DataFrame | None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The shared removal at every alpha of `cfg.alphas` and the energy controls matched to it (`sweep`); a
+    control off its target or needing alpha_C > 1 is listed in the controls table and not evaluated. alpha = 0 is
+    the baseline (nothing is edited); at `cfg.alpha` the ablation table's rows are reused (the same conditions).
+
+    Returns (summary vs the baseline per condition and alpha, the controls table with each evaluated control's
+    removed energy per edited position during evaluation relative to the shared removal's, and the contrasts:
+    control minus shared per alpha and metric, paired over items)."""
     alphas = [float(a) for a in ctx.cfg.alphas]
-    pool = energy_pool(ss.components, ss.shared_idx)
+    plan = plan_sweep(e_states, ss, alphas, kmatch_rule=ctx.cfg.kmatch_rule)
     rows = []
     for a in alphas:
-        ctx.say(f"alpha sweep: {a}")
-        conds = {"shared": (ss.basis, a), "haar": (haar, a)}
-        if a > 0 and pool.shape[1] >= ss.k_s:
-            am = alpha_matched_control(e_states, ss.basis, pool, a)
-            km = k_matched_control(e_states, ss.basis, pool, a, rule=ctx.cfg.kmatch_rule)
-            conds["alpha-match"] = (am.basis, am.alpha)
-            conds["k-match"] = (km.basis, 1.0)
-        for name, (basis, aa) in conds.items():
-            d_ = ctx.evaluate([ctx.projection(basis, aa)], name)
-            d_["alpha"] = a
-            rows.append(d_)
+        if a == 0:
+            rows.append(ctx.baseline.assign(condition="shared", alpha=0.0))
+            continue
+        conds = [("shared", ss.basis, a)] + [(c.control, c.basis, c.alpha_c) for c in plan
+                                             if c.alpha == a and c.usable]
+        for name, basis, aa in conds:
+            if a == float(ctx.cfg.alpha) and table_examples is not None and name in set(table_examples["condition"]):
+                d_ = table_examples[table_examples["condition"] == name].copy()
+            else:
+                ctx.say(f"alpha sweep: {name} at alpha {a:g}")
+                d_ = ctx.evaluate([ctx.projection(basis, aa)], name)
+            rows.append(d_.assign(alpha=a))
     sw = pd.concat(rows, ignore_index=True)
     base_rep = pd.concat([ctx.baseline.assign(alpha=a) for a in alphas], ignore_index=True)
     s_ = ctx.summarize(pd.concat([base_rep, sw], ignore_index=True), group=("condition", "alpha"))
-    return s_[(s_["task"] == "all") & (s_["condition"] != "baseline")].reset_index(drop=True)
+    summary = s_[(s_["task"] == "all") & (s_["condition"] != "baseline")].reset_index(drop=True)
+    controls = controls_frame(plan)
+    per_pos = summary.assign(per_pos=summary["energy"] / summary["n_edited"].where(summary["n_edited"] > 0))
+    per_pos = per_pos.groupby(["condition", "alpha"])["per_pos"].mean()   # over the metrics evaluated
+    controls["eval_ratio"] = [per_pos.get((c, a), np.nan) / per_pos.get(("shared", a), np.nan)
+                              for c, a in zip(controls["control"], controls["alpha"])]
+    vs = ctx.summarize(sw, baseline="shared", group=("condition", "alpha"))
+    vs = vs[(vs["task"] == "all") & (vs["condition"] != "shared")]
+    acc = summary.set_index(["condition", "alpha", "metric"])["acc"]
+    contrasts = pd.DataFrame({
+        "control": vs["condition"], "alpha": vs["alpha"], "metric": vs["metric"],
+        "acc_shared": [acc[("shared", a, m)] for a, m in zip(vs["alpha"], vs["metric"])],
+        "acc_control": vs["acc"], "control_minus_shared": vs["delta"], "lo": vs["delta_lo"],
+        "hi": vs["delta_hi"], "p": vs["p_vs_baseline"], "n": vs["n"]}).reset_index(drop=True)
+    return summary, controls, contrasts
 
 
 def study_patchback(model, evals: Mapping[str, TaskSet], bases: Mapping[str, Condition], *, layer: int,

@@ -27,7 +27,7 @@ __all__ = [
     "orthonormalize", "check_basis", "projector", "project_out", "principal_angles", "angle_summary", "AngleSummary",
     "subspace_overlap", "energy_ratio", "mean_energy", "haar_basis", "variance_matched_control",
     "energy_pool", "alpha_matched_control", "k_matched_control", "cumulative_energy", "EnergyControl",
-    "steering_overlap", "repair_vector",
+    "steering_overlap", "repair_vector", "spectrum_matched_basis",
 ]
 
 
@@ -226,3 +226,25 @@ def repair_vector(v, basis, beta: float = 1.0, *, rescale: bool = True) -> np.nd
             raise InputError("the repaired vector is zero (v lies inside the subspace); cannot rescale it to ||v||")
         out = out * (np.linalg.norm(v) / n)
     return out
+
+
+def spectrum_matched_basis(states_by_task, k: int, *, seed: int = 0) -> np.ndarray:
+    """A random k-dim subspace drawn with the states' covariance spectrum: Q = orth(X^T G), X the task-centred,
+    pooled states [n, d] and G [n, k] standard normal, so each column is a draw from N(0, X^T X). The null of a
+    quantity that favours high-variance directions (a steering vector's share sh(v)): a Haar plane treats every
+    direction alike, this one weighs them as the decode states do.
+
+    states_by_task: {task: [n_t, d]} (or one [n, d] array), centred per task as the shared-subspace estimator
+    does. Raises ConfigError when the states span fewer than k directions."""
+    items = states_by_task.values() if hasattr(states_by_task, "values") else [states_by_task]
+    x = np.concatenate([np.asarray(a, np.float64) - np.asarray(a, np.float64).mean(0) for a in items])
+    if k < 1:
+        raise ConfigError(f"k must be >= 1; got {k}")
+    if x.shape[0] < k + 1:
+        raise ConfigError(f"{x.shape[0]} states cannot span a {k}-dim covariance-matched subspace; use k < n")
+    g = np.random.default_rng(seed).standard_normal((x.shape[0], k))
+    q = orthonormalize(x.T @ g)
+    if q.shape[1] < k:
+        raise ConfigError(f"the states span only {q.shape[1]} directions; a {k}-dim covariance-matched subspace "
+                          "needs more states")
+    return q

@@ -167,7 +167,8 @@ class Edit:
     Edits are immutable once built, so what `repr` shows is what runs: setting a public attribute afterwards
     raises AttributeError (build a new edit instead), and the constructor takes its own copy of every tensor
     (changing the caller's tensor later changes nothing; autograd still flows through the copy), stores lists as
-    tuples and dicts as read-only mappings. Attributes starting with "_" are the edit's private caches.
+    tuples and dicts as read-only mappings (interplab's built-in edits; a user subclass keeps what it sets).
+    Attributes starting with "_" are the edit's private caches.
     """
 
     sites: tuple[str, ...] = ()
@@ -186,9 +187,12 @@ class Edit:
             # frozen once the most-derived constructor is done (a subclass's __init__ may still set attributes
             # after calling super().__init__)
             if next(k for k in type(self).__mro__ if "__init__" in k.__dict__) is cls:
-                for name, value in list(vars(self).items()):
-                    if not name.startswith("_"):
-                        object.__setattr__(self, name, _owned(value))
+                # interplab's own edits take their own copies; a user's subclass keeps what it set (it may
+                # keep e.g. a list it appends to as a record of calls)
+                if cls.__module__.startswith("interplab."):
+                    for name, value in list(vars(self).items()):
+                        if not name.startswith("_"):
+                            object.__setattr__(self, name, _owned(value))
                 object.__setattr__(self, "_frozen", True)
 
         cls.__init__ = __init__

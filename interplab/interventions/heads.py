@@ -133,7 +133,7 @@ class HeadAblation(Edit):
                                                              shape.d_head):
             raise ShapeError(f"HeadAblation value has shape {list(v.shape)}, but this model needs [n_layers="
                              f"{shape.n_layers}, n_heads={n_heads_at(shape, self.kind)}, d_head={shape.d_head}]")
-        if isinstance(v, dict) and any(tuple(t.shape) != (shape.d_head,) for t in v.values()):
+        if isinstance(v, Mapping) and any(tuple(t.shape) != (shape.d_head,) for t in v.values()):
             raise ShapeError(f"HeadAblation value entries must be [d_head={shape.d_head}] vectors")
 
     def transform(self, site, ctx):
@@ -141,7 +141,7 @@ class HeadAblation(Edit):
         mine = [h for lay, h in self.heads if lay == layer]
         key_axis, v = has_key_axis(self.kind), self.value
         rows = None
-        if isinstance(v, dict):
+        if isinstance(v, Mapping):
             rows = torch.stack([v[(layer, h)].detach().cpu() for h in mine])
         elif v is not None:
             rows = v[layer, mine].detach().cpu()

@@ -83,4 +83,4 @@ def test_kv_heads_values_and_validation(pair):
         Ablate.heads([1, 2])
     with pytest.raises(InputError, match="per-head site"):
         Ablate("mlp_out.0", heads=[1])
-    assert Ablate("attn_k.0", heads=1).heads == [1]   # the instance keeps its heads; Ablate.heads builds an edit
+    assert Ablate("attn_k.0", heads=1).heads == (1,)  # the instance keeps its heads; Ablate.heads builds an edit

@@ -208,7 +208,7 @@ def test_decode_states_equal_full_recompute_states(model_factory):
 def test_edit_reprs_are_informative():
     s = Steer("resid_post.2", torch.ones(4), positions="decode", scale=2.0)
     assert "resid_post.2" in repr(s) and "decode" in repr(s) and "scale=2.0" in repr(s)
-    assert "heads=[1]" in repr(Ablate("attn_z.0", heads=1))
+    assert "heads=(1,)" in repr(Ablate("attn_z.0", heads=1))
 
 
 def test_generation_stops_at_generation_config_eos_ids(checkpoint_factory, tmp_path):

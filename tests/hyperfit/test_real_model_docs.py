@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 
 from tests.real_model_docs import RESULTS, ROOT, doc_section, run_dir
+
 SEEDS = (0, 1, 2)
-
-
 
 
 def section() -> str:
@@ -52,8 +51,9 @@ def eval_rows(t: pd.DataFrame | None = None) -> list[str]:
     t = eval_table() if t is None else t
     out = []
     for _, r in t.iterrows():
-        cells = [f"`{r['setting']}`"] + [_cell(r, c) for c in ("ttr", "rep2", "rep3", "diversity", "loop_rate",
-                                                                "top1_agreement", "gen_top1", "entropy")]
+        cols = ("ttr", "rep2", "rep3", "diversity", "loop_rate", "top1_agreement", "gen_top1",
+                "entropy")
+        cells = [f"`{r['setting']}`"] + [_cell(r, c) for c in cols]
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -111,10 +111,17 @@ def base_pr_row(s: pd.DataFrame | None = None) -> str:
     return "| base PR | – | " + " | ".join(f"{rp.loc[l]:.1f}" for l in LAYERS) + f" | {fn:.1f} |"
 
 
+GEOMETRY = ("hyperfit-geometry", "lora-last5-3seeds")
+
+
+def geometry_table() -> pd.DataFrame:
+    return pd.read_csv(run_dir(*GEOMETRY) / "tables" / "geometry.csv")
+
+
 def geometry_rows() -> list[str]:
     """Per seed (hyperfit-geometry): ΔDim of the last block and after the final norm, teacher-forced without and
     with position 0, and on the target's own generations; the base → target PR of the last block (teacher-forced)."""
-    geo = pd.read_csv(run_dir("hyperfit-geometry", "lora-last5-3seeds") / "tables" / "geometry.csv")
+    geo = pd.read_csv(run_dir(*GEOMETRY) / "tables" / "geometry.csv")
     last = int(geo[geo["site"] == "resid_post"]["layer"].max())
     out = []
     for target, g in geo.groupby("target", sort=True):
@@ -130,6 +137,44 @@ def geometry_rows() -> list[str]:
                       f"{at(site, 'generated', False):+.1f}"]
         out.append("| " + " | ".join(cells) + " |")
     return out
+
+
+STD_LAYERS = (24, 25, 26, 27, 28, 29)
+
+
+def std_delta_rows(g: pd.DataFrame | None = None) -> list[str]:
+    """hyperfit-controls, standardised PR: ΔDim per arm at blocks 24-29 and after the final norm, mean and 95 %
+    t interval over seeds, recomputed from the run's geometry table (pr_std_b - pr_std_a; the run predates the
+    summary's standardised rows)."""
+    from interplab.probes.stats import intervals
+
+    g = pd.read_csv(run_dir(*CONTROLS) / "controls" / "geometry.csv") if g is None else g
+    g = g.assign(d=g["pr_std_b"] - g["pr_std_a"])
+    out = []
+    for arm in ARMS:
+        a = g[g["arm"] == arm]
+        cells = [f"`{arm}`", str(a["seed"].nunique())]
+        for site, layer in [("resid_post", x) for x in STD_LAYERS] + [("final_norm", STD_LAYERS[-1])]:
+            v = a[(a["site"] == site) & (a["layer"] == layer)].sort_values("seed")["d"]
+            iv = intervals(v.to_numpy(), method="t")
+            cells.append(ci(iv["mean"], iv["lo"], iv["hi"], 1, "+"))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def derived_verdict_rows() -> list[str]:
+    """The verdicts of the committed geometry, controls and k-sweep runs, computed from their saved results by the
+    same pure functions their experiments now save (the runs predate validity reports)."""
+    import interplab.probes.hyperfit  # noqa: F401 - registers the result classes
+    from interplab.core.result import Result
+    from interplab.probes.hyperfit.verdicts import (controls_verdicts, geometry_verdicts,
+                                                  ksweep_verdicts)
+    from interplab.probes.validity import ValidityReport
+
+    vs = geometry_verdicts(geometry_table())
+    vs += controls_verdicts(Result.load_any(run_dir(*CONTROLS) / "controls"))
+    vs += ksweep_verdicts(Result.load_any(run_dir(*KSWEEP) / "k_sweep"))
+    return ValidityReport.of(vs).markdown().splitlines()[2:]
 
 
 def controls_run_rows(r: pd.DataFrame | None = None) -> list[str]:
@@ -187,8 +232,17 @@ def test_rank_row():
 
 def test_delta_dim_rows_and_runs():
     sec = section()
-    for line in delta_dim_rows() + [base_pr_row()] + controls_run_rows() + geometry_rows():
-        assert line in sec, f"docs lack the controls row:\n{line}"
+    for line in delta_dim_rows() + [base_pr_row()] + controls_run_rows() + geometry_rows() + std_delta_rows():
+        assert line in sec, f"docs lack the geometry / controls row:\n{line}"
+
+
+def test_claim_table_rows_are_the_runs_verdicts():
+    """The claim table: the verdicts of the committed geometry, controls and k-sweep runs computed from their
+    results, each as its row (the eval rows stay inconclusive until its rerun is committed)."""
+    sec = section()
+    for line in derived_verdict_rows():
+        assert line in sec, f"docs lack the claim-table row:\n{line}"
+    assert "| paper's claim | measured | validity checks | verdict |" in sec
 
 
 def test_ksweep_rows():
@@ -208,7 +262,7 @@ def test_a_drifted_output_fails():
 
 
 @pytest.mark.parametrize("kind,label", [("hyperfit-train", f"lora-last5-seed{s}") for s in SEEDS]
-                         + [EVAL, RANKS, CONTROLS, KSWEEP, ("hyperfit-geometry", "lora-last5-3seeds")])
+                         + [EVAL, RANKS, CONTROLS, KSWEEP, GEOMETRY])
 def test_committed_runs_are_intact_and_name_no_machine_path(kind, label):
     from interplab.results.runs import read_manifest, run_problems
 

@@ -81,7 +81,8 @@ with st.expander("Saved runs (e.g. SmolLM2-135M-Instruct): the paper's table and
     if ev is not None:
         show_figure(_bars(ev.table, metrics=("ttr", "rep2", "rep3", "diversity", "gen_top1")), key="geo_saved_bars")
         cols = [c for c in ("setting", "kind", "ttr", "ttr_lo", "ttr_hi", "rep2", "rep3", "diversity",
-                            "top1_agreement", "gen_top1", "entropy") if c in ev.table.columns]
+                            "top1_agreement", "gen_top1", "entropy", "changed_share", "nll")
+                if c in ev.table.columns]  # changed_share: did the arm change the replies at all
         st.dataframe(ev.table[cols].round(4), hide_index=True, key="geo_saved_table")
     st.caption("Terminal Expansion verdicts of a saved `hyperfit-geometry` run (headline: "
                "standardised PR with position 0 excluded; raw PR beside it):")

@@ -25,6 +25,9 @@ from interplab.core import progress
 from interplab.experiments.registry import register_experiment
 from interplab.figures.export import save_figure
 from interplab.probes.hyperfit.controls import ControlsConfig, hyperfit_controls
+from interplab.probes.hyperfit.verdicts import (controls_verdicts, eval_verdicts, geometry_verdicts,
+                                                ksweep_verdicts)
+from interplab.probes.validity import VALIDITY_RESULT, ValidityReport
 from interplab.probes.hyperfit import (EvalConfig, GeometryReportConfig, KSweepConfig, evaluate_settings,
                                        geometry_report, heldout_texts, k_sweep, rank_reordering)
 
@@ -100,6 +103,7 @@ def run_hyperfit_eval(cfg: HyperfitEvalConfig, run) -> None:
     base, targets = _models(cfg)
     res = evaluate_settings(base, targets, heldout_texts(), cfg, progress=print)
     run.save_result("eval", res)
+    run.save_result(VALIDITY_RESULT, ValidityReport.of(eval_verdicts(res)))
     save_figure(run, "diversity", diversity_bars_figure(res.table))
     save_figure(run, "entropy_temperature", entropy_temperature_figure(res.match))
     refs = {r["setting"]: r["ttr"] for _, r in res.table.iterrows() if r["kind"] in ("base", "target")}
@@ -134,9 +138,11 @@ def run_hyperfit_geometry(cfg: GeometryConfig, run) -> None:
         report = geometry_report(base, targets, texts, cfg)
     df = report.frame
     run.save_table("geometry", df)
-    last = df[(df["layer"] == base.n_layers - 1)][["target", "site", "tokens", "bos", "pr_a", "pr_b", "delta_pr",
-                                                    "cos", "l2"]]
+    cols = ["target", "site", "tokens", "bos", "pr_std_a", "pr_std_b", "delta_pr_std", "pr_a",
+            "pr_b", "delta_pr", "pr_loo_a", "pr_loo_b", "pr_std_loo_a", "pr_std_loo_b", "cos", "l2"]
+    last = df[(df["layer"] == base.n_layers - 1)][cols]
     run.save_table("delta_dim_last_block", last)
+    run.save_result(VALIDITY_RESULT, ValidityReport.of(geometry_verdicts(df)))
     for name, res in report.main.items():
         tag = _artifact_tag(name)  # a target may be a checkpoint path; artifact names take no slashes
         run.save_result(f"geometry_{tag}", res)
@@ -214,6 +220,7 @@ def run_hyperfit_ksweep(cfg: HyperfitKSweepConfig, run) -> None:
     seqs = hyperfit_sequences(base.tokenizer, {**HYPERFIT_DATA, "n_sequences": cfg.n_sequences})
     res = k_sweep(base, seqs, heldout_texts(), cfg, progress=print)
     run.save_result("k_sweep", res)
+    run.save_result(VALIDITY_RESULT, ValidityReport.of(ksweep_verdicts(res)))
     save_figure(run, "k_sweep_ttr", k_sweep_figure(res.frame, "ttr"))
 
 
@@ -269,7 +276,8 @@ def run_hyperfit_train(cfg: TrainHyperfitConfig, run) -> None:
                    lora_alpha=cfg.lora_alpha, lr=cfg.lr, stop_loss=cfg.stop_loss,
                    max_epochs=cfg.max_epochs, max_time_s=cfg.budget_s, seed=cfg.seed, batch_size=cfg.batch_size,
                    out_dir=Path(run.path) / "checkpoint")
-    # the folder is renamed when the run finishes: record the checkpoint relative to it (as run.relative does)
+    # the folder is renamed when the run finishes: record the checkpoint relative to it (as
+    # run.relative does)
     res = dataclasses.replace(res, checkpoint=run.relative(res.checkpoint) if res.checkpoint else None)
     run.save_result("hyperfit", res)               # the typed result; the table and JSON below are views of it
     run.save_table("history", res.to_frame())
@@ -355,6 +363,7 @@ def run_hyperfit_controls(cfg: HyperfitControlsConfig, run) -> None:
     res = hyperfit_controls(base, seqs, held, heldout_texts(cfg.n_texts), cfg, reuse_hyperfit=reuse,
                             progress=print)
     run.save_result("controls", res)
+    run.save_result(VALIDITY_RESULT, ValidityReport.of(controls_verdicts(res)))
     run.save_table("runs", res.runs)
     run.save_table("summary", res.summary)
     run.save_table("histories", res.histories)

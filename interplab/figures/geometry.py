@@ -32,36 +32,50 @@ def _need(df, cols, who):
 
 
 def pr_by_layer_figure(geometry, *, name_a: str = "base", name_b: str = "target", title: str | None = None):
-    """PR_a and PR_b vs layer (resid_post, pre-final-norm) with DeltaDim bars on a second axis; the final-norm PRs
-    are extra markers at the last layer; DeltaDim at the last block (both tensors) is annotated."""
+    """PR_a and PR_b vs layer (resid_post, pre-final-norm) with DeltaDim bars on a second axis; the
+    final-norm PRs are extra markers at the last layer; DeltaDim at the last block (both tensors) is
+    in the title. Solid lines and the bars: the standardised PR (the headline estimator,
+    `interplab.probes.hyperfit.HEADLINE_ESTIMATOR`); dotted: the raw PR beside it (a frame without
+    standardised columns shows the raw PR alone)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     df = _frame(geometry)
     _need(df, ["layer", "site", "pr_a", "pr_b", "delta_pr"], "pr_by_layer_figure")
+    std = {"pr_std_a", "pr_std_b"} <= set(df.columns)
+    if std and "delta_pr_std" not in df.columns:
+        df = df.assign(delta_pr_std=df["pr_std_b"] - df["pr_std_a"])
+    head, label = ("pr_std", "standardised PR") if std else ("pr", "PR")
+    dcol = "delta_pr_std" if std else "delta_pr"
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     rp = df[df["site"] == "resid_post"].sort_values("layer")
     if rp.empty:
         rp = df[df["site"] == df["site"].iloc[0]].sort_values("layer")
-    fig.add_trace(go.Bar(x=rp["layer"], y=rp["delta_pr"], name="ΔDim = PR_b − PR_a", marker_color="#BBBBBB",
+    fig.add_trace(go.Bar(x=rp["layer"], y=rp[dcol], name=f"ΔDim ({label})", marker_color="#BBBBBB",
                          opacity=0.6, hovertemplate="layer %{x}<br>ΔDim %{y:.2f}<extra></extra>"), secondary_y=True)
-    fig.add_trace(go.Scatter(x=rp["layer"], y=rp["pr_a"], mode="lines+markers", name=f"PR {name_a}",
-                             line=dict(color=QUALITATIVE[0])), secondary_y=False)
-    fig.add_trace(go.Scatter(x=rp["layer"], y=rp["pr_b"], mode="lines+markers", name=f"PR {name_b}",
-                             line=dict(color=QUALITATIVE[1])), secondary_y=False)
+    for side, name, color in (("a", name_a, QUALITATIVE[0]), ("b", name_b, QUALITATIVE[1])):
+        fig.add_trace(go.Scatter(x=rp["layer"], y=rp[f"{head}_{side}"], mode="lines+markers",
+                                 name=f"{label} {name}", line=dict(color=color)), secondary_y=False)
+        if std:
+            fig.add_trace(go.Scatter(x=rp["layer"], y=rp[f"pr_{side}"], mode="lines",
+                                     name=f"raw PR {name}", line=dict(color=color, dash="dot")),
+                          secondary_y=False)
     notes = []
     if not rp.empty:
         last = rp.iloc[-1]
-        notes.append(f"ΔDim last block (pre-norm) = {last['delta_pr']:+.2f}")
+        notes.append(f"ΔDim last block (pre-norm) = {last[dcol]:+.2f}"
+                     + (f" (raw PR {last['delta_pr']:+.2f})" if std else ""))
     fn = df[df["site"] == "final_norm"]
     if not fn.empty:
         r = fn.iloc[0]
-        fig.add_trace(go.Scatter(x=[r["layer"]], y=[r["pr_a"]], mode="markers", name=f"PR {name_a} (final norm)",
-                                 marker=dict(symbol="diamond-open", size=12, color=QUALITATIVE[0])))
-        fig.add_trace(go.Scatter(x=[r["layer"]], y=[r["pr_b"]], mode="markers", name=f"PR {name_b} (final norm)",
-                                 marker=dict(symbol="diamond-open", size=12, color=QUALITATIVE[1])))
-        notes.append(f"post-norm = {r['delta_pr']:+.2f}")
-    # the ΔDim summary is the title's second line: a right-anchored annotation ran off the left edge when narrow
+        for side, name, color in (("a", name_a, QUALITATIVE[0]), ("b", name_b, QUALITATIVE[1])):
+            fig.add_trace(go.Scatter(x=[r["layer"]], y=[r[f"{head}_{side}"]], mode="markers",
+                                     name=f"{label} {name} (final norm)",
+                                     marker=dict(symbol="diamond-open", size=12, color=color)))
+        raw = f" (raw {r['delta_pr']:+.2f})" if std else ""
+        notes.append(f"post-norm = {r[dcol]:+.2f}" + raw)
+    # the ΔDim summary is the title's second line: a right-anchored annotation ran off the left edge
+    # when narrow
     t = title or "Participation ratio by layer"
     if notes:
         t += "<br>" + "; ".join(notes)
@@ -288,13 +302,19 @@ def _error_bars(d):
                 arrayminus=(d["mean"] - d["lo"]).to_numpy(), visible=True)
 
 
-def delta_dim_by_arm_figure(summary, *, title: str | None = None):
-    """ΔDim (PR of the arm's model − PR of the base) per layer for every control arm: the mean across seeds with
-    its t interval as error bars (`HyperfitControlsResult.summary`); the last x position is the final-norm output."""
+def delta_dim_by_arm_figure(summary, *, title: str | None = None, quantity: str | None = None):
+    """ΔDim (PR of the arm's model − PR of the base) per layer for every control arm: the mean
+    across seeds with its t interval as error bars (`HyperfitControlsResult.summary`); the last x
+    position is the final-norm output. quantity: "delta_pr_std" (standardised PR, the headline
+    estimator; the default when the summary has it) or "delta_pr" (raw PR)."""
     import pandas as pd
     import plotly.graph_objects as go
 
-    d = _arm_rows(summary, "delta_pr")
+    if quantity is None:
+        has_std = (_frame(summary)["quantity"] == "delta_pr_std").any()
+        quantity = "delta_pr_std" if has_std else "delta_pr"
+    d = _arm_rows(summary, quantity)
+    label = "standardised PR" if quantity == "delta_pr_std" else "raw PR"
     fig = go.Figure()
     for i, (arm, g) in enumerate(d.groupby("arm", sort=False)):
         rp = g[g["site"] == "resid_post"].sort_values("layer")
@@ -305,8 +325,9 @@ def delta_dim_by_arm_figure(summary, *, title: str | None = None):
                                  error_y=_error_bars(both), line=dict(color=QUALITATIVE[i % len(QUALITATIVE)]),
                                  hovertemplate="%{x}<br>ΔDim %{y:.2f}<extra>" + arm + "</extra>"))
     fig.add_hline(y=0, line_color="#888", line_dash="dot")
-    apply_style(fig, title=title or "ΔDim per layer by arm<br>(mean, 95% t interval over seeds)", xaxis="layer",
-                yaxis="ΔDim = PR(arm) − PR(base)")
+    t = title or f"ΔDim per layer by arm, {label}<br>(mean, 95% t interval over seeds)"
+    apply_style(fig, title=t,
+                xaxis="layer", yaxis="ΔDim = PR(arm) − PR(base)")
     fig.update_xaxes(type="category")
     return fig
 

@@ -27,7 +27,8 @@ from interplab.core.result import Result
 
 __all__ = ["Check", "Verdict", "ValidityReport", "CHECK_KINDS", "OUTCOMES", "repeated_reply", "distinct_tokens",
            "reply_nll", "degenerate_generation", "floor_ceiling", "match_target", "setting_range", "held_out",
-           "sampling_units", "multiple_testing", "reliability_ceiling", "VALIDITY_RESULT"]
+           "sampling_units", "multiple_testing", "reliability_ceiling", "VALIDITY_RESULT",
+           "arm_effect", "outlier_dominance"]
 
 OUTCOMES = ("reproduced", "not reproduced", "inconclusive")
 VALIDITY_RESULT = "validity"  # the name a run saves its report under
@@ -45,6 +46,10 @@ CHECK_KINDS: dict[str, str] = {
     "multiple_testing": "several tests without a correction",
     "reliability_ceiling": "the comparison sits at its own reliability ceiling, so it could not have failed",
     "null_resolution": "a Monte-Carlo null too small to reach the (corrected) significance level",
+    "arm_effect": "an intervention arm that left its output unchanged (or changed it only into "
+                  "degenerate text)",
+    "outlier_dominance": "one coordinate dominates the estimator (it moves when that coordinate is "
+                         "dropped)",
 }
 
 
@@ -219,7 +224,8 @@ def _bool(x) -> bool:
     return x if isinstance(x, bool) else str(x).strip().lower() in ("true", "1", "yes")
 
 
-# ----------------------------------------------------------------------------------------------- generation
+# -----------------------------------------------------------------------------------------------
+# generation
 def _tokens(text: str) -> list[str]:
     return str(text).split()
 
@@ -278,7 +284,8 @@ def degenerate_generation(replies: Sequence[str], *, subject: str, nll: Sequence
     return out
 
 
-# ----------------------------------------------------------------------------------------------- outcomes
+# -----------------------------------------------------------------------------------------------
+# outcomes
 def floor_ceiling(arms: Mapping[str, float], *, subject: str, floor: float | None = 0.0,
                   ceiling: float | None = 1.0, margin: float = 0.05) -> Check:
     """Fails when every compared arm lies within `margin` of the floor, or every arm within `margin` of the
@@ -381,3 +388,35 @@ def null_resolution(n_draws: int, *, subject: str, n_tests: int = 1, level: floa
                  f"{b} null draws: the smallest p is 1/{b + 1} = {1 / (b + 1):.3g}"
                  + (f", {floor:.3g} after correcting over {n} tests" if n > 1 else "")
                  + f"; at most {level:g} needed to reject (at least {math.ceil(n / level - 1e-9) - 1} draws)")
+
+
+__all__ += ["arm_effect", "outlier_dominance"]
+
+
+def arm_effect(changed: Mapping[str, float], *, subject: str, min_share: float = 0.1) -> Check:
+    """An intervention arm tests something only where it changed the output: `changed` maps each
+    usable setting (e.g. each strength whose replies are not degenerate) to the share of replies
+    that differ from the unedited ones. It fails when no setting changed at least `min_share` of
+    them (an arm that is token-identical to the unedited model at every strength, or that changes
+    output only where it is degenerate, tests nothing)."""
+    vals = {str(k): float(v) for k, v in changed.items()}
+    best = max(vals.values()) if vals else 0.0
+    at = max(vals, key=vals.get) if vals else "none"
+    shown = ", ".join(f"{k} {v:.0%}" for k, v in vals.items()) or "no usable setting"
+    return Check("arm_effect", subject, bool(vals) and best >= min_share, best, min_share,
+                 f"share of replies changed per usable setting: {shown}; the largest ({at}) must "
+                 f"reach {min_share:.0%}")
+
+
+def outlier_dominance(change: float, *, subject: str, max_change: float = 0.1,
+                      dropped: str = "") -> Check:
+    """A dimension estimator over d coordinates should barely move when one coordinate is dropped.
+    `change` is the largest relative change of the estimator over leave-one-coordinate-out
+    (`dropped` names that coordinate); it fails above `max_change`: one (massive) coordinate then
+    sets the estimate."""
+    c = float(change)
+    ok = bool(np.isfinite(c) and c <= max_change)
+    where = f" (dropping {dropped})" if dropped else ""
+    return Check("outlier_dominance", subject, ok, c, max_change,
+                 f"the estimate moves by {c:.1%} when one coordinate is dropped{where}; at most "
+                 f"{max_change:.0%} allowed")

@@ -146,3 +146,18 @@ def test_holm_adjust():
     p = np.array([0.01, 0.04, 0.03, np.nan])
     np.testing.assert_allclose(stats.holm_adjust(p)[:3], [0.03, 0.06, 0.06])
     assert np.isnan(stats.holm_adjust(p)[3])
+
+
+def test_arm_effect_fires_on_an_inert_arm():
+    inert = V.arm_effect({"α=0.01": 0.0, "α=0.5": 0.0, "α=2": 0.0}, subject="static injection")
+    assert not inert.passed and inert.measured == 0.0 and "α=0.01 0%" in inert.detail
+    assert not V.arm_effect({}, subject="every strength degenerate").passed
+    assert not V.arm_effect({"α=2": 0.05}, subject="s").passed          # 5 % of replies: below 10 %
+    assert V.arm_effect({"α=0.1": 0.02, "α=0.5": 0.6}, subject="s").passed
+
+
+def test_outlier_dominance():
+    bad = V.outlier_dominance(1.24, subject="raw PR, block 29", dropped="coordinate 17")
+    assert not bad.passed and "coordinate 17" in bad.detail
+    assert V.outlier_dominance(0.005, subject="standardised PR").passed
+    assert not V.outlier_dominance(float("nan"), subject="not measured").passed

@@ -85,9 +85,12 @@ def test_comparison_delta_and_context_dependence():
     assert comp.dr_mean().argmax().item() == 3 and comp.dr_mean()[3] > 0
     delta = H.static_delta(comp, top_k=1)
     assert (delta != 0).sum() == 1 and delta[3] > 0
-    # log-softmax change of the promoted token, averaged over positions
+    # measured against the vocabulary mean, a static +5 on token 3 is recovered exactly: 5 (1 - 1/V)
+    assert delta[3].item() == pytest.approx(5.0 * (1 - 1 / 16), rel=1e-6)
+    # the spec's literal reading: the log-softmax change of the promoted token, averaged over positions
+    old = H.static_delta(comp, top_k=1, reference="log_softmax")
     expect = (torch.log_softmax(zb + const, -1) - torch.log_softmax(zb, -1))[:, 3].double().mean()
-    assert delta[3].item() == pytest.approx(expect.item(), rel=1e-5)
+    assert old[3].item() == pytest.approx(expect.item(), rel=1e-5)
     # identical models: full agreement, tau 1, zero rank change
     same = H.TeacherForcedComparison(16, tau_k=8)
     same.update(zb, zb.clone())

@@ -11,7 +11,7 @@ from interplab.probes import hyperfit as E
 def eval_result(hf_pair):
     a, b, texts = hf_pair
     cfg = E.EvalConfig(n_prompts=4, context_tokens=8, new_tokens=8, seeds=2, alphas=[0.1, 0.5, 2.0],
-                       static_k=10, tf_texts=6, batch_size=4)
+                       static_k=10, tf_texts=2, batch_size=4)
     return E.evaluate_settings(a, {"target": b, "target2": b}, texts, cfg)
 
 
@@ -31,9 +31,28 @@ def test_eval_table(eval_result, tmp_path):
     assert eval_result.spearman["greedy_at_T*_identical_to_base"] is True
     assert len(eval_result.sweep) == 3 and set(eval_result.spearman) >= {"ttr", "diversity"}
     assert eval_result.ranks["base greedy"].shape == (4, 8)
+    # T* and the static delta are chosen on the first tf_texts texts; the prompts come from the
+    # others
+    assert not set(eval_result.units["selected_on"]) & set(eval_result.units["scored_on"])
+    replies = eval_result.replies
+    assert len(replies["target"]) == 4 and len(replies[tstar["setting"]]) == 2 * 4
+    assert eval_result.reply_nll["target"].shape == (4,)
+    assert np.isfinite(eval_result.reference_nll).all()
+    assert base["changed_share"] == 0.0 and tstar["changed_share"] > 0
     eval_result.save(tmp_path / "ev")
     back = E.HyperfitEvalResult.load(tmp_path / "ev")
     assert list(back.table["setting"]) == settings
+    assert back.units == eval_result.units and back.replies == eval_result.replies
+    outcomes = [v.outcome for v in E.eval_verdicts(eval_result)]
+    assert [v.outcome for v in E.eval_verdicts(back)] == outcomes
+
+
+def test_eval_needs_texts_for_prompts_beyond_the_teacher_forced_ones(hf_pair):
+    from interplab.core.errors import ConfigError
+
+    a, b, texts = hf_pair
+    with pytest.raises(ConfigError, match="tf_texts"):
+        E.evaluate_settings(a, {"t": b}, texts, E.EvalConfig(tf_texts=len(texts), n_prompts=2))
 
 
 def test_geometry_report(hf_pair):

@@ -8,10 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from tests.real_model_docs import RESULTS, ROOT, doc_section, run_dir
+from tests.real_model_docs import RESULTS, ROOT, assert_claim_table, doc_section, run_dir
+
 SEEDS = (0, 1, 2)
-
-
 
 
 def section() -> str:
@@ -52,8 +51,9 @@ def eval_rows(t: pd.DataFrame | None = None) -> list[str]:
     t = eval_table() if t is None else t
     out = []
     for _, r in t.iterrows():
-        cells = [f"`{r['setting']}`"] + [_cell(r, c) for c in ("ttr", "rep2", "rep3", "diversity", "loop_rate",
-                                                                "top1_agreement", "gen_top1", "entropy")]
+        cols = ("ttr", "rep2", "rep3", "diversity", "loop_rate", "top1_agreement", "gen_top1",
+                "entropy")  # the committed eval run predates issue 46: no changed_share / nll
+        cells = [f"`{r['setting']}`"] + [_cell(r, c) for c in cols]
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -111,25 +111,72 @@ def base_pr_row(s: pd.DataFrame | None = None) -> str:
     return "| base PR | – | " + " | ".join(f"{rp.loc[l]:.1f}" for l in LAYERS) + f" | {fn:.1f} |"
 
 
-def geometry_rows() -> list[str]:
-    """Per seed (hyperfit-geometry): ΔDim of the last block and after the final norm, teacher-forced without and
-    with position 0, and on the target's own generations; the base → target PR of the last block (teacher-forced)."""
-    geo = pd.read_csv(run_dir("hyperfit-geometry", "lora-last5-3seeds") / "tables" / "geometry.csv")
+GEOMETRY = ("hyperfit-geometry", "lora-last5-3seeds")
+
+
+def geometry_table() -> pd.DataFrame:
+    return pd.read_csv(run_dir(*GEOMETRY) / "tables" / "geometry.csv")
+
+
+def geometry_rows(geo: pd.DataFrame | None = None) -> list[str]:
+    """Per seed (hyperfit-geometry), at the last block: the standardised PR base → target and its ΔDim (the
+    headline), the raw PR base → target and its ΔDim, ΔDim with position 0 and on the target's own generations
+    (standardised / raw), ΔDim after the final norm (standardised / raw), and how far dropping one coordinate
+    moves the base's raw and standardised PR (with that coordinate)."""
+    geo = geometry_table() if geo is None else geo
     last = int(geo[geo["site"] == "resid_post"]["layer"].max())
     out = []
     for target, g in geo.groupby("target", sort=True):
-        def at(site, tokens, bos, col="delta_pr"):
+        def at(col, site="resid_post", tokens="teacher_forced", bos=False):
             sel = g[(g["site"] == site) & (g["tokens"] == tokens) & (g["bos"] == bos)]
             if site == "resid_post":
                 sel = sel[sel["layer"] == last]
             return float(sel[col].iloc[0])
-        cells = [f"`{target}`", f"{at('resid_post', 'teacher_forced', False, 'pr_a'):.1f} → "
-                 f"{at('resid_post', 'teacher_forced', False, 'pr_b'):.1f}"]
-        for site in ("resid_post", "final_norm"):
-            cells += [f"{at(site, 'teacher_forced', False):+.1f}", f"{at(site, 'teacher_forced', True):+.1f}",
-                      f"{at(site, 'generated', False):+.1f}"]
+
+        def both(**kw):
+            return f"{at('delta_pr_std', **kw):+.1f} / {at('delta_pr', **kw):+.1f}"
+        cells = [f"`{target}`", f"{at('pr_std_a'):.1f} → {at('pr_std_b'):.1f}", f"{at('delta_pr_std'):+.1f}",
+                 f"{at('pr_a'):.1f} → {at('pr_b'):.1f}", f"{at('delta_pr'):+.1f}", both(bos=True),
+                 both(tokens="generated"), both(site="final_norm"),
+                 f"{100 * at('pr_loo_a'):.0f} % ({int(at('pr_loo_dim_a'))}) / {100 * at('pr_std_loo_a'):.1f} %"]
         out.append("| " + " | ".join(cells) + " |")
     return out
+
+
+STD_LAYERS = (24, 25, 26, 27, 28, 29)
+
+
+def std_delta_rows(g: pd.DataFrame | None = None) -> list[str]:
+    """hyperfit-controls, standardised PR: ΔDim per arm at blocks 24-29 and after the final norm, mean and 95 %
+    t interval over seeds, recomputed from the run's geometry table (pr_std_b - pr_std_a; the run predates the
+    summary's standardised rows)."""
+    from interplab.probes.stats import intervals
+
+    g = pd.read_csv(run_dir(*CONTROLS) / "controls" / "geometry.csv") if g is None else g
+    g = g.assign(d=g["pr_std_b"] - g["pr_std_a"])
+    out = []
+    for arm in ARMS:
+        a = g[g["arm"] == arm]
+        cells = [f"`{arm}`", str(a["seed"].nunique())]
+        for site, layer in [("resid_post", x) for x in STD_LAYERS] + [("final_norm", STD_LAYERS[-1])]:
+            v = a[(a["site"] == site) & (a["layer"] == layer)].sort_values("seed")["d"]
+            iv = intervals(v.to_numpy(), method="t")
+            cells.append(ci(iv["mean"], iv["lo"], iv["hi"], 1, "+"))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def derived_verdict_rows() -> list[str]:
+    """The verdicts of the committed controls and k-sweep runs, computed from their saved results by the same pure
+    functions their experiments now save (the runs predate validity reports)."""
+    import interplab.probes.hyperfit  # noqa: F401 - registers the result classes
+    from interplab.core.result import Result
+    from interplab.probes.hyperfit.verdicts import controls_verdicts, ksweep_verdicts
+    from interplab.probes.validity import ValidityReport
+
+    vs = controls_verdicts(Result.load_any(run_dir(*CONTROLS) / "controls"))
+    vs += ksweep_verdicts(Result.load_any(run_dir(*KSWEEP) / "k_sweep"))
+    return ValidityReport.of(vs).markdown().splitlines()[2:]
 
 
 def controls_run_rows(r: pd.DataFrame | None = None) -> list[str]:
@@ -187,8 +234,27 @@ def test_rank_row():
 
 def test_delta_dim_rows_and_runs():
     sec = section()
-    for line in delta_dim_rows() + [base_pr_row()] + controls_run_rows() + geometry_rows():
-        assert line in sec, f"docs lack the controls row:\n{line}"
+    for line in delta_dim_rows() + [base_pr_row()] + controls_run_rows() + geometry_rows() + std_delta_rows():
+        assert line in sec, f"docs lack the geometry / controls row:\n{line}"
+
+
+def test_claim_table_rows_are_the_runs_verdicts():
+    """The claim table: every verdict the rerun geometry run saved, and the verdicts of the committed controls
+    and k-sweep runs computed from their results, each as its row."""
+    sec = section()
+    assert_claim_table(sec, run_dir(*GEOMETRY))  # the eval run predates reports (next test)
+    for line in derived_verdict_rows():
+        assert line in sec, f"docs lack the claim-table row:\n{line}"
+    assert "| paper's claim | measured | validity checks | verdict |" in sec
+
+
+def test_eval_claims_are_inconclusive_while_its_run_predates_issue_46():
+    """The committed hyperfit-eval run carries no validity report (its issue-46 rerun did not fit the session's CPU
+    budget): each of its four claim rows must say inconclusive and why, never a verdict."""
+    assert not (run_dir(*EVAL) / "validity").exists(), "the eval run now has a report: render its claim rows"
+    rows = [line for line in section().splitlines()
+            if line.startswith("| ") and "did not fit this session's CPU budget" in line]
+    assert len(rows) == 4 and all(line.endswith("| inconclusive |") for line in rows), rows
 
 
 def test_ksweep_rows():
@@ -205,10 +271,16 @@ def test_a_drifted_output_fails():
     i = s.index[(s["arm"] == "hyperfit") & (s["quantity"] == "delta_pr")][-1]
     s.loc[i, "mean"] += 1.0
     assert any(line not in section() for line in delta_dim_rows(s))
+    g = geometry_table()
+    last = (g["site"] == "resid_post") & (g["layer"] == g["layer"].max()) & (g["tokens"] == "teacher_forced")
+    g.loc[g.index[last & ~g["bos"]][0], "delta_pr_std"] += 0.1
+    assert any(line not in section() for line in geometry_rows(g))
+    flat = " ".join(section().split())
+    assert any(v not in flat for v in geometry_quotes(g).values())
 
 
 @pytest.mark.parametrize("kind,label", [("hyperfit-train", f"lora-last5-seed{s}") for s in SEEDS]
-                         + [EVAL, RANKS, CONTROLS, KSWEEP, ("hyperfit-geometry", "lora-last5-3seeds")])
+                         + [EVAL, RANKS, CONTROLS, KSWEEP, GEOMETRY])
 def test_committed_runs_are_intact_and_name_no_machine_path(kind, label):
     from interplab.results.runs import read_manifest, run_problems
 
@@ -248,20 +320,7 @@ def quotes() -> dict[str, str]:
     q.update({"override": f"{r['override_rate']:.3f}", "gt10": f"{100 * r['frac_rank_gt10_of_overrides']:.1f} %",
               "gt200": f"{100 * r['frac_rank_gt200_of_overrides']:.1f} %", "nll_base": f"{r['nll_base']:.2f}",
               "nll_target": f"{r['nll_target']:.2f}"})
-    geo = pd.read_csv(run_dir("hyperfit-geometry", "lora-last5-3seeds") / "tables" / "geometry.csv")
-    rp = geo[geo["site"] == "resid_post"]
-    last = int(rp["layer"].max())
-
-    def span(sel, col="delta_pr"):
-        return f"{sel[col].min():+.1f} to {sel[col].max():+.1f}"
-    tf0 = rp[(rp["tokens"] == "teacher_forced") & ~rp["bos"]]
-    q["geo_last"] = span(tf0[tf0["layer"] == last])
-    q["geo_last_bos"] = span(rp[(rp["tokens"] == "teacher_forced") & rp["bos"] & (rp["layer"] == last)])
-    q["geo_last_gen"] = span(rp[(rp["tokens"] == "generated") & (rp["layer"] == last)])
-    q["geo_mid"] = span(tf0[(tf0["layer"] >= last - 4) & (tf0["layer"] < last)])
-    q["geo_frozen_max"] = f"{tf0[tf0['layer'] < last - 4]['delta_pr'].abs().max():.1f}"
-    q["geo_base_last"] = f"{tf0[tf0['layer'] == last]['pr_a'].iloc[0]:.1f}"
-    q["geo_target_last"] = f"{tf0[tf0['layer'] == last]['pr_b'].min():.1f}–{tf0[tf0['layer'] == last]['pr_b'].max():.1f}"
+    q.update(geometry_quotes())
     cs = controls_summary()
     for arm in ARMS:
         d = cs[(cs["arm"] == arm) & (cs["quantity"] == "delta_pr") & (cs["site"] == "resid_post")]
@@ -275,8 +334,36 @@ def quotes() -> dict[str, str]:
     return q
 
 
+def geometry_quotes(geo: pd.DataFrame | None = None) -> dict[str, str]:
+    """The geometry prose (hyperfit-geometry): spans over the 3 seeds of the last block's standardised and raw
+    PR and ΔDim, the adapted and frozen blocks, with position 0 and on generations, and the leave-one-out moves."""
+    geo = geometry_table() if geo is None else geo
+    rp = geo[geo["site"] == "resid_post"]
+    last = int(rp["layer"].max())
+
+    def span(sel, col="delta_pr"):
+        return f"{sel[col].min():+.1f} to {sel[col].max():+.1f}"
+    tf0 = rp[(rp["tokens"] == "teacher_forced") & ~rp["bos"]]
+    at = tf0[tf0["layer"] == last]
+    bos = rp[(rp["tokens"] == "teacher_forced") & rp["bos"] & (rp["layer"] == last)]
+    gen = rp[(rp["tokens"] == "generated") & (rp["layer"] == last)]
+    q = {"geo_last": span(at), "geo_std_last": span(at, "delta_pr_std"),
+         "geo_last_bos": span(bos), "geo_std_last_bos": span(bos, "delta_pr_std"),
+         "geo_std_last_gen": span(gen, "delta_pr_std"),
+         "geo_frozen_max": f"{tf0[tf0['layer'] < last - 4]['delta_pr_std'].abs().max():.1f}",
+         "geo_base_last": f"{at['pr_a'].iloc[0]:.1f}",
+         "geo_std_base_last": f"from {at['pr_std_a'].iloc[0]:.1f} to "
+                              f"{at['pr_std_b'].min():.1f}–{at['pr_std_b'].max():.1f}",
+         "geo_loo_raw": f"dropping coordinate {int(at['pr_loo_dim_a'].iloc[0])} moves it by "
+                        f"{100 * at['pr_loo_a'].iloc[0]:.0f} %",
+         "geo_loo_std": f"moves the standardised PR by {100 * at['pr_std_loo_a'].iloc[0]:.1f} %"}
+    for layer in range(last - 4, last):
+        q[f"geo_std_L{layer}"] = span(tf0[tf0["layer"] == layer], "delta_pr_std")
+    return q
+
+
 def test_prose_quotes_equal_outputs():
-    sec = section()
+    sec = " ".join(section().split())  # a quote may wrap across lines
     for name, value in quotes().items():
         if name == "static_same":
             assert value == "yes"  # the prose says the injection left every greedy generation unchanged
@@ -287,6 +374,6 @@ def test_prose_quotes_equal_outputs():
 def test_readme_quotes_the_smollm2_runs():
     flat = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     q = quotes()
-    for key in ("geo_last", "base_ttr", "pooled_ttr", "tstar_ttr", "ks_late30_ttr", "ks_late5_ttr",
-                "ctl_finetune-steps_last", "ctl_shuffled_last"):
+    for key in ("geo_last", "geo_std_last", "base_ttr", "pooled_ttr", "tstar_ttr", "ks_late30_ttr",
+                "ks_late5_ttr"):
         assert q[key] in flat, f"README.md does not quote {key} = {q[key]}"

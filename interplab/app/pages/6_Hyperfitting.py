@@ -52,9 +52,18 @@ with st.expander("Hyperfitting controls (saved run): is the PR growth specific t
     if controls is not None:
         from interplab.figures.geometry import delta_dim_by_arm_figure, weight_change_figure  # noqa: E402
 
+        summary = controls.summary
+        geo = controls.geometry
+        if not (summary["quantity"] == "delta_pr_std").any() and "pr_std_b" in geo.columns:
+            # a run saved before the summary had standardised rows: rebuild the intervals from its
+            # geometry
+            from interplab.probes.hyperfit import summarize_controls  # noqa: E402
+
+            g = geo.assign(delta_pr_std=geo["pr_std_b"] - geo["pr_std_a"])
+            summary = summarize_controls(g, controls.weights, controls.runs)
         left, right = st.columns(2)
         with left:
-            show_figure(delta_dim_by_arm_figure(controls.summary), key="geo_controls_ddim")
+            show_figure(delta_dim_by_arm_figure(summary), key="geo_controls_ddim")
         with right:
             show_figure(weight_change_figure(controls.summary), key="geo_controls_dw")
         cols = [c for c in ("arm", "seed", "steps", "epochs", "final_train_loss", "converged", "heldout_loss",
@@ -73,8 +82,13 @@ with st.expander("Saved runs (e.g. SmolLM2-135M-Instruct): the paper's table and
     if ev is not None:
         show_figure(_bars(ev.table, metrics=("ttr", "rep2", "rep3", "diversity", "gen_top1")), key="geo_saved_bars")
         cols = [c for c in ("setting", "kind", "ttr", "ttr_lo", "ttr_hi", "rep2", "rep3", "diversity",
-                            "top1_agreement", "gen_top1", "entropy") if c in ev.table.columns]
+                            "top1_agreement", "gen_top1", "entropy", "changed_share", "nll")
+                if c in ev.table.columns]  # changed_share: did the arm change the replies at all
         st.dataframe(ev.table[cols].round(4), hide_index=True, key="geo_saved_table")
+    st.caption("Terminal Expansion verdicts of a saved `hyperfit-geometry` run (headline: "
+               "standardised PR with position 0 excluded; raw PR beside it):")
+    saved_result("hyperfit-geometry", "validity", key="geo_saved_geo", label="Saved geometry run",
+                 loaded=name_a)
     ks = saved_result("hyperfit-ksweep", "k_sweep", key="geo_saved_ks", label="Saved k sweep", loaded=name_a)
     if ks is not None:
         show_figure(k_sweep_figure(ks.frame), key="geo_saved_ksfig")
@@ -185,10 +199,34 @@ df = geo.to_frame()
 last = model_a.n_layers - 1
 rp = df[(df["site"] == "resid_post") & (df["layer"] == last)]
 fn = df[df["site"] == "final_norm"]
-c1, c2, c3 = st.columns(3)
-c1.metric("ΔDim, last block (pre-norm)", f"{float(rp['delta_pr'].iloc[0]):+.2f}" if len(rp) else "n/a")
-c2.metric("ΔDim, after final norm", f"{float(fn['delta_pr'].iloc[0]):+.2f}" if len(fn) else "n/a")
-c3.metric("tokens measured", f"{int(df['n_tokens'].iloc[0]):,}")
+
+
+def _d(rows, col: str) -> str:
+    return f"{float(rows[col].iloc[0]):+.2f}" if len(rows) else "n/a"
+
+
+# the headline is the standardised PR (interplab.probes.hyperfit.HEADLINE_ESTIMATOR;
+# docs/hyperfit.md): a few massive coordinates set the raw PR of a real model's last block, so the
+# raw value is shown beside it, not instead
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("ΔDim last block: standardised PR (headline)", _d(rp, "delta_pr_std"))
+c2.metric("ΔDim last block: raw PR (the paper's)", _d(rp, "delta_pr"))
+c3.metric("ΔDim after final norm: standardised / raw",
+          f"{_d(fn, 'delta_pr_std')} / {_d(fn, 'delta_pr')}")
+c4.metric("tokens measured", f"{int(df['n_tokens'].iloc[0]):,}")
+from interplab.probes.hyperfit.verdicts import MAX_COORDINATE_CHANGE  # noqa: E402
+
+for col, what in (("pr_loo", "raw PR"), ("pr_std_loo", "standardised PR")):
+    for side, name in (("a", "A"), ("b", "B")):
+        moved = float(rp[f"{col}_{side}"].iloc[0]) if len(rp) else 0.0
+        if moved > MAX_COORDINATE_CHANGE:
+            st.warning(f"Model {name}'s {what} at the last block moves by {moved:.0%} when "
+                       f"coordinate {int(rp[f'{col}_dim_{side}'].iloc[0])} is dropped (more than "
+                       f"{MAX_COORDINATE_CHANGE:.0%}): one massive coordinate sets it, so its ΔDim "
+                       "is not a dimension change (validity check outlier_dominance).")
+if not exclude_bos:
+    st.warning("Position 0 is included: on real models it carries a massive activation that "
+               "dominates the covariance (even the standardised PR); the headline excludes it.")
 
 st.subheader("Participation ratio by layer")
 left, right = st.columns(2)
@@ -200,8 +238,8 @@ with st.expander("Results table and last-layer eigen-spectrum", expanded=True):
     st.dataframe(df.round(4), hide_index=True, key="geo_table")
     show_figure(eigen_spectrum_figure(geo, name_a="A", name_b="B"), key="geo_spectrum")
 
-# Everything below generates text with both models (tens of seconds cold on 2 CPU cores): it runs on request, so the
-# page's first open shows the geometry within seconds.
+# Everything below generates text with both models (tens of seconds cold on 2 CPU cores): it runs on
+# request, so the page's first open shows the geometry within seconds.
 if not (st.button("Compute rank reordering, temperature control and generations", key="geo_more", type="primary")
         or st.session_state.get("geo_more_done")):
     st.info("Rank reordering, the entropy-matched temperature control and the side-by-side generations decode "

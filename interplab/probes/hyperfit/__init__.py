@@ -8,6 +8,7 @@ from interplab.probes.hyperfit.evaluation import (EvalConfig, HyperfitEvalResult
 from interplab.probes.hyperfit.geometry import (CovarianceAccumulator, GeometryReport, GeometryReportConfig,
                                                 LayerGeometryConfig, LayerGeometryResult, PairedStatsAccumulator,
                                                 compute_layer_geometry, covariance_spectrum, effective_rank,
+                                                HEADLINE_ESTIMATOR, pr_leave_one_out,
                                                 erank_from_spectrum, geometry_report, layer_geometry,
                                                 participation_ratio, pr_from_spectrum, twonn_dimension)
 from interplab.probes.hyperfit.inputs import (context_prompts, generate_continuations, heldout_texts, user_texts,
@@ -16,9 +17,12 @@ from interplab.probes.hyperfit.ksweep import KSweepConfig, KSweepResult, k_sweep
 from interplab.probes.hyperfit.ranks import (RANK_BINS, RankReorderingConfig, RankReorderingResult,
                                              TeacherForcedComparison, base_ranks_of, compare_teacher_forced,
                                              full_ranks, kendall_tau_b, logit_lens, rank_bins, rank_reordering,
-                                             static_delta, token_ranks, topk_kendall_tau)
+                                             static_delta, token_ranks, topk_kendall_tau,
+                                             base_scores_of, text_nll)
 from interplab.probes.hyperfit.repetition import (GenerationMetricsConfig, distinct_n, diversity, generation_metrics,
                                                   is_loop, loop_rate, metrics_table, rep_n, self_bleu, ttr, words)
+from interplab.probes.hyperfit.verdicts import (controls_verdicts, eval_verdicts, geometry_verdicts,
+                                                ksweep_verdicts)
 from interplab.probes.hyperfit.temperature import (PerPositionTemperature, TemperatureMatch, entropy, entropy_curve,
                                                    entropy_matched_temperature, match_temperature,
                                                    matched_temperature_from_logits, per_position_matched_temperature,
@@ -39,5 +43,8 @@ __all__ = [
     "ttr", "rep_n", "diversity", "distinct_n", "self_bleu", "is_loop", "loop_rate", "generation_metrics",
     "GenerationMetricsConfig", "metrics_table", "words",
     "EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary", "TeacherForcedSummary",
+    "eval_verdicts", "geometry_verdicts", "controls_verdicts", "ksweep_verdicts",
+    "pr_leave_one_out",
+    "base_scores_of", "text_nll", "HEADLINE_ESTIMATOR",
     "KSweepConfig", "KSweepResult", "k_sweep", "ARMS", "ControlsConfig", "HyperfitControlsResult", "hyperfit_controls", "summarize_controls",
 ]

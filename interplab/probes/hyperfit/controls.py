@@ -135,7 +135,9 @@ def summarize_controls(geometry, weights, runs=None):
 
     rows = []
     for (arm, site, layer), g in geometry.groupby(["arm", "site", "layer"], sort=False):
-        for q in ("delta_pr", "pr_b", "cos", "l2"):
+        for q in ("delta_pr", "delta_pr_std", "pr_b", "cos", "l2"):
+            if q not in g.columns:  # delta_pr_std: geometry measured before issue 46
+                continue
             rows.append({"arm": arm, "quantity": q, "site": site, "layer": int(layer), "group": "",
                          **intervals(g[q].to_numpy())})
         tot = weights[(weights["group"] == "total")].set_index(["arm", "seed"])["delta_fro"]

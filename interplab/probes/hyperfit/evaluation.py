@@ -15,11 +15,13 @@ from interplab.core.result import Result
 from interplab.probes.hyperfit.repetition import generation_metrics
 from interplab.probes.stats import intervals, spearman
 from interplab.probes.hyperfit.inputs import context_prompts, generate_continuations, teacher_forced_logits
-from interplab.probes.hyperfit.ranks import base_ranks_of, compare_teacher_forced, static_delta
+from interplab.probes.hyperfit.ranks import (base_scores_of, compare_teacher_forced, static_delta,
+                                             text_nll)
 from interplab.probes.hyperfit.temperature import (TemperatureMatch, entropy, match_temperature,
                                                    per_position_matched_temperature)
 
-__all__ = ["EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary", "TeacherForcedSummary"]
+__all__ = ["EvalConfig", "HyperfitEvalResult", "evaluate_settings", "teacher_forced_summary",
+           "TeacherForcedSummary", "text_unit"]
 
 
 class TeacherForcedSummary(Record):
@@ -46,14 +48,17 @@ def teacher_forced_summary(base, texts, *, transform=None, target=None, batch_si
 
 @dataclass
 class EvalConfig:
-    """n_prompts: held-out prompts (each contributes its first `context_tokens` tokens; `prompts_per_text`
-    non-overlapping windows per text: the offline corpus has ~100 held-out paragraphs long enough for one 32-token
-    window, 200 prompts need a second window from some of them). new_tokens: generated tokens per prompt (exactly;
-    EOS suppressed). batch_size: generation batch. tf_texts: held-out texts for the teacher-forced statistics (entropy,
-    agreement, T*, static delta). static_k: K of the static delta. seeds: sampling seeds for the T* (and T=1) rows.
-    alphas: static-injection strengths (the paper's 0.01-0.5 plus 1 and 2). sample_t1: also sample the base at T=1.
-    pool_targets: the targets are seeds of one recipe: add a row "targets pooled" with the mean, sd and a 95 %
-    Student-t interval over them (n = number of targets) of every metric."""
+    """n_prompts: held-out prompts (each contributes its first `context_tokens` tokens;
+    `prompts_per_text` non-overlapping windows per text: every text's first window comes before any
+    second window). new_tokens: generated tokens per prompt (exactly; EOS suppressed). batch_size:
+    generation batch. tf_texts: the first `tf_texts` held-out texts are the teacher-forced ones
+    (entropy, agreement, the reference NLL of human text) and the ones T* and the static delta are
+    chosen on; the prompts come from the texts after them, so no setting is scored on the texts it
+    was chosen on. static_k: K of the static delta; static_reference: what its changes are measured
+    against (`static_delta`). seeds: sampling seeds for the T* (and T=1) rows. alphas:
+    static-injection strengths (the paper's 0.01-0.5 plus 1 and 2). sample_t1: also sample the base
+    at T=1. pool_targets: the targets are seeds of one recipe: add a row "targets pooled" with the
+    mean, sd and a 95 % Student-t interval over them (n = number of targets) of every metric."""
 
     n_prompts: int = 200
     context_tokens: int = 32
@@ -61,6 +66,7 @@ class EvalConfig:
     batch_size: int = 50
     tf_texts: int = 64
     static_k: int = 500
+    static_reference: str = "vocab_mean"
     prompts_per_text: int = 3
     seeds: int = 5
     alphas: list[float] = field(default_factory=lambda: [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0])
@@ -70,11 +76,18 @@ class EvalConfig:
 
 @dataclass
 class HyperfitEvalResult(Result):
-    """table: one row per setting (metrics of the generations, teacher-forced entropy and top-1 agreement with the
-    base, gen_top1 = fraction of generated tokens that are the base's greedy choice given the same prefix; sampled
-    settings carry mean and `<metric>_sd` over seeds). sweep: the static-injection rows with alpha.
-    spearman: {"ttr": rho, "diversity": rho} of alpha vs metric. match: the TemperatureMatch.
-    examples: {setting: [first generations as text]}. ranks: {setting: base ranks [n_prompts, n_new]}."""
+    """table: one row per setting (metrics of the generations, teacher-forced entropy and top-1
+    agreement with the base, gen_top1 = fraction of generated tokens that are the base's greedy
+    choice given the same prefix, changed_share = fraction of prompts whose generation differs from
+    the base greedy one, nll = mean NLL/token of the generations under the base; sampled settings
+    carry mean and `<metric>_sd` over seeds). sweep: the static-injection rows with alpha. spearman:
+    {"ttr": rho, "diversity": rho} of alpha vs metric. match: the TemperatureMatch. examples:
+    {setting: [first generations as text]}. ranks: {setting: base ranks [n_prompts, n_new]}.
+    replies: {setting: every generation as text} (a sampled setting: all seeds, seed-major).
+    reply_nll: {setting: [replies] NLL/token under the base}. reference_nll: the base's NLL/token on
+    each teacher-forced (human-written) text, what a reply's NLL is held to. units: {"selected_on":
+    the texts T* and delta were chosen on, "scored_on": the texts the prompts came from} as short
+    hashes (the held-out check)."""
 
     config: EvalConfig
     table: object  # pandas.DataFrame
@@ -83,9 +96,20 @@ class HyperfitEvalResult(Result):
     match: TemperatureMatch
     examples: dict = field(default_factory=dict)
     ranks: dict = field(default_factory=dict)
+    replies: dict = field(default_factory=dict)
+    reply_nll: dict = field(default_factory=dict)
+    reference_nll: object = None  # numpy array [tf_texts]
+    units: dict = field(default_factory=dict)
 
     def to_frame(self):
         return self.table.copy()
+
+
+def text_unit(text: str) -> str:
+    """A text's identity for the held-out check (a duplicated paragraph is one unit)."""
+    import hashlib
+
+    return hashlib.sha1(str(text).encode("utf-8")).hexdigest()[:12]
 
 
 def _mean_sd(rows: list[dict]) -> dict:
@@ -104,18 +128,32 @@ def _mean_sd(rows: list[dict]) -> dict:
 
 
 class _Table:
-    """The rows of the table, with the base ranks and example texts of every setting."""
+    """The rows of the table, with the base ranks, NLLs and texts of every setting."""
 
     def __init__(self, base, prompts, cfg: EvalConfig):
         self.base, self.prompts, self.cfg = base, prompts, cfg
-        self.rows, self.examples, self.ranks = [], {}, {}
+        self.rows, self.examples, self.ranks, self.replies, self.nll = [], {}, {}, {}, {}
+        # the base's greedy generations: what a setting's "changed" share is measured against
+        self.greedy: list[list[int]] | None = None
 
     def row(self, name, kind, gens, gtexts, tfs, extra=None) -> dict:
-        r = base_ranks_of(self.base, self.prompts, gens, self.cfg.batch_size)
+        r, nll = base_scores_of(self.base, self.prompts, gens, self.cfg.batch_size)
         self.ranks[name] = r
         self.examples[name] = gtexts[:5]
+        # a sampled setting adds one seed's replies after another
+        self.replies[name] = self.replies.get(name, []) + list(gtexts)
+        self.nll[name] = np.concatenate([self.nll.get(name, np.zeros(0)), nll])
+        if self.greedy is None:
+            self.greedy = [list(g) for g in gens]
+        changed = float(np.mean([list(a) != b for a, b in zip(gens, self.greedy)]))
         return {"setting": name, "kind": kind, **generation_metrics(gens, gtexts), **tfs,
-                "gen_top1": float((r == 1).mean()), **(extra or {})}
+                "gen_top1": float((r == 1).mean()), "changed_share": changed,
+                "nll": float(np.nanmean(nll)),
+                **(extra or {})}
+
+    def rename(self, old: str, new: str) -> None:
+        for d in (self.ranks, self.examples, self.replies, self.nll):
+            d[new] = d.pop(old)
 
     def generate(self, model, **kw):
         return generate_continuations(model, self.prompts, max_new_tokens=self.cfg.new_tokens,
@@ -136,8 +174,7 @@ def _sampled_rows(t: _Table, tf, match: TemperatureMatch, say) -> None:
         row = _mean_sd(per_seed)
         row["setting"] = f"base sampled {label}={T:.3f}" if label == "T*" else "base sampled T=1"
         row["n_seeds"] = cfg.seeds
-        t.ranks[row["setting"]] = t.ranks.pop(f"base sampled {label}")
-        t.examples[row["setting"]] = t.examples.pop(f"base sampled {label}")
+        t.rename(f"base sampled {label}", row["setting"])
         t.rows.append(row)
 
 
@@ -146,14 +183,17 @@ def _static_rows(t: _Table, primary, tf, say) -> list[dict]:
     from interplab.interventions.logit_bias import StaticLogitBias
 
     base = t.base
-    delta = static_delta(compare_teacher_forced(base, primary, tf), t.cfg.static_k)
+    delta = static_delta(compare_teacher_forced(base, primary, tf), t.cfg.static_k,
+                         reference=t.cfg.static_reference)
     sweep = []
     for a in [float(x) for x in t.cfg.alphas]:
         say(f"static injection alpha={a}")
         g, txt = t.generate(base, edits=[StaticLogitBias(delta, a)])
         d = delta.to(base.device)
         row = t.row(f"static α={a:g}", "static", g, txt,
-                    teacher_forced_summary(base, tf, transform=lambda z, a=a, d=d: z + a * d), {"alpha": a})
+                    teacher_forced_summary(base, tf, transform=lambda z, a=a, d=d: z + a * d),
+                    {"alpha": a, "delta_positive": int((delta > 0).sum()),
+                     "delta_nonzero": int((delta != 0).sum())})
         t.rows.append(row)
         sweep.append(row)
     return sweep
@@ -174,10 +214,29 @@ def _own_config(cfg) -> EvalConfig:
     return EvalConfig(**{f.name: getattr(cfg, f.name) for f in fields(EvalConfig)})
 
 
+def _split(base, texts: Sequence[str], cfg: EvalConfig) -> tuple[list[str], list[list[int]], dict]:
+    """The teacher-forced texts (T* and delta are chosen on them) and the prompts, cut from the
+    texts after them."""
+    tf, rest = list(texts[:cfg.tf_texts]), list(texts[cfg.tf_texts:])
+    if not tf or not rest:
+        raise ConfigError(f"{len(texts)} texts with tf_texts={cfg.tf_texts}: T* and the static "
+                          "delta are chosen on the first tf_texts texts and the prompts come from "
+                          "the others, so both must be non-empty (pass more texts or lower "
+                          "tf_texts)")
+    prompts, src = context_prompts(base, rest, cfg.context_tokens, per_text=cfg.prompts_per_text,
+                                   with_sources=True)
+    prompts, src = prompts[:cfg.n_prompts], src[:cfg.n_prompts]
+    units = {"selected_on": [text_unit(x) for x in tf],
+             "scored_on": sorted({text_unit(rest[i]) for i in src})}
+    return tf, prompts, units
+
+
 def evaluate_settings(base, targets: dict, texts: Sequence[str], cfg: EvalConfig | None = None,
                       progress=None) -> HyperfitEvalResult:
-    """Generate from every setting on the same held-out prompts and measure the table (see HyperfitEvalResult).
-    `targets` maps a name to a model; the first one is the one T* and the static delta are computed from."""
+    """Generate from every setting on the same held-out prompts and measure the table (see
+    HyperfitEvalResult). `targets` maps a name to a model; the first one is the one T* and the
+    static delta are computed from. The first `cfg.tf_texts` texts choose T* and delta; the prompts
+    come from the others."""
     import pandas as pd
 
     from interplab.interventions.logit_bias import LogitTemperature
@@ -186,14 +245,15 @@ def evaluate_settings(base, targets: dict, texts: Sequence[str], cfg: EvalConfig
     if not targets:
         raise ConfigError("evaluate_settings needs at least one target model")
     say = progress or (lambda msg: None)
-    prompts = context_prompts(base, texts, cfg.context_tokens, per_text=cfg.prompts_per_text)[:cfg.n_prompts]
-    tf = list(texts[:cfg.tf_texts])
+    tf, prompts, units = _split(base, texts, cfg)
     primary = next(iter(targets.values()))
     t = _Table(base, prompts, cfg)
 
     say("base greedy")
     g, txt = t.generate(base)
     t.rows.append(t.row("base greedy", "base", g, txt, teacher_forced_summary(base, tf), {"temperature": 1.0}))
+    reference = text_nll(base, tf, batch_size=cfg.batch_size,
+                         max_tokens=cfg.context_tokens + cfg.new_tokens)
 
     say("entropy-matched temperature")
     match = match_temperature(base, primary, tf)
@@ -219,4 +279,6 @@ def evaluate_settings(base, targets: dict, texts: Sequence[str], cfg: EvalConfig
     spear["greedy_at_T*_identical_to_base"] = bool(g_t == g_0)
     spear["T*"] = match.T
     spear.update({f"per_position_{k}": v for k, v in per_pos.items()})
-    return HyperfitEvalResult(cfg, pd.DataFrame(t.rows), sweep, spear, match, t.examples, t.ranks)
+    return HyperfitEvalResult(cfg, pd.DataFrame(t.rows), sweep, spear, match, t.examples, t.ranks,
+                              replies=t.replies, reply_nll=t.nll, reference_nll=reference,
+                              units=units)

@@ -27,7 +27,8 @@ from interplab.probes.hyperfit.inputs import context_prompts, generate_continuat
 
 __all__ = [
     "participation_ratio", "effective_rank", "pr_from_spectrum", "erank_from_spectrum", "covariance_spectrum",
-    "twonn_dimension", "CovarianceAccumulator", "PairedStatsAccumulator", "LayerGeometryConfig",
+    "twonn_dimension", "pr_leave_one_out", "HEADLINE_ESTIMATOR", "CovarianceAccumulator",
+    "PairedStatsAccumulator", "LayerGeometryConfig",
     "LayerGeometryResult", "compute_layer_geometry", "layer_geometry", "GeometryReportConfig", "GeometryReport",
     "geometry_report",
 ]
@@ -141,6 +142,15 @@ def twonn_dimension(X, *, max_points: int = 5000, discard_fraction: float = 0.1,
     return float((x * y).sum() / (x * x).sum())
 
 
+# The headline dimension estimator of the Terminal Expansion verdict (docs/hyperfit.md): PR of the
+# correlation matrix, position 0 excluded. Raw PR on a real model is set by a few massive
+# coordinates (SmolLM2's block 29: one coordinate carries ~20 % of the variance, raw PR 8.8 against
+# 68 at block 28) and position 0 carries a massive activation (~9x the median token norm) that sets
+# even the standardised PR; standardising gives every coordinate one unit of variance, and position
+# 0 is dropped. Raw PR is reported beside it.
+HEADLINE_ESTIMATOR = "pr_std"
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # streaming statistics
 # ----------------------------------------------------------------------------------------------------------------
@@ -170,6 +180,31 @@ def _pr_of_cov(C: torch.Tensor, standardize: bool = False) -> torch.Tensor:
     tr = torch.diagonal(C, dim1=-2, dim2=-1).sum(-1)
     fro2 = (C * C).sum((-2, -1))
     return torch.where(fro2 > 0, tr * tr / fro2.clamp_min(1e-300), torch.zeros_like(tr))
+
+
+def pr_leave_one_out(C: torch.Tensor,
+                     standardize: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """How much one coordinate sets the PR: for C [..., d, d], the largest relative change |PR_-j /
+    PR - 1| over dropping one coordinate j, and that j ([...] float64, [...] long). Exact from C:
+    dropping j removes C_jj from the trace and row + column j from the squared Frobenius norm. A
+    massive dimension (one coordinate carrying a large share of the variance) moves the raw PR by a
+    large factor; standardising (PR of the correlation matrix) gives every coordinate the same
+    weight."""
+    C = torch.as_tensor(C, dtype=torch.float64)
+    if standardize:
+        sd = torch.diagonal(C, dim1=-2, dim2=-1).clamp_min(0).sqrt()
+        inv = torch.where(sd > 0, 1.0 / sd.clamp_min(1e-300), torch.zeros_like(sd))
+        C = C * inv[..., :, None] * inv[..., None, :]
+    diag = torch.diagonal(C, dim1=-2, dim2=-1)
+    tr = diag.sum(-1, keepdim=True)
+    fro2 = (C * C).sum((-2, -1))[..., None]
+    tr_j = tr - diag
+    fro2_j = fro2 - 2 * (C * C).sum(-1) + diag * diag
+    pr = torch.where(fro2 > 0, tr * tr / fro2.clamp_min(1e-300), torch.zeros_like(tr))
+    pr_j = torch.where(fro2_j > 0, tr_j * tr_j / fro2_j.clamp_min(1e-300), torch.zeros_like(tr_j))
+    change = torch.where(pr > 0, (pr_j / pr.clamp_min(1e-300) - 1).abs(), torch.zeros_like(pr_j))
+    best, j = change.max(-1)
+    return best, j
 
 
 class CovarianceAccumulator:
@@ -392,62 +427,116 @@ def _real_mask(batch, exclude_bos: bool) -> torch.Tensor:
     return mask
 
 
-def compute_layer_geometry(model_a, model_b, texts: Sequence[str], *, sites: Sequence[str] = ("resid_post", "final_norm"),
-                           exclude_bos: bool = True, batch_size: int = 16, max_tokens: int | None = None,
-                           progress=None) -> LayerGeometryResult:
-    """Stream both models over identical teacher-forced inputs and measure every layer's PR, effective rank,
-    standardised PR, and the mean cosine / L2 distance between the paired states. Padding positions are never counted;
-    with `exclude_bos` the first real position of each row is dropped too. Memory is O(n_sites * d^2)."""
-    import pandas as pd
-
+def _check_pair(model_a, model_b, texts, max_tokens, batch_size) -> list[list[int]]:
     if model_a.n_layers != model_b.n_layers or model_a.d_model != model_b.d_model:
         raise ShapeError(f"the two models must share n_layers and d_model; got ({model_a.n_layers}, "
                          f"{model_a.d_model}) and ({model_b.n_layers}, {model_b.d_model})")
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     ids = tokenize_texts(model_a, texts, max_tokens)
-    ids_b = tokenize_texts(model_b, texts, max_tokens)
-    if ids != ids_b:
+    if ids != tokenize_texts(model_b, texts, max_tokens):
         raise InputError("the two models tokenize the texts differently; geometry needs identical inputs "
                          "(use a descendant that shares the base tokenizer)")
-    site_list = _site_names(tuple(sites), model_a.n_layers)
-    names = [s for _, _, s in site_list]
+    return ids
+
+
+@dataclass
+class _PassStats:
+    """One token set's statistics: both models' covariances and the paired cos / L2 (every site at
+    once)."""
+
+    acc_a: CovarianceAccumulator
+    acc_b: CovarianceAccumulator
+    paired: PairedStatsAccumulator
+
+
+def _geometry_pass(model_a, model_b, ids, names, variants: Sequence[bool], batch_size: int,
+                   progress=None, base_stats: dict | None = None) -> dict[bool, _PassStats]:
+    """Stream both models once over `ids`, accumulating one token set per `variants` entry
+    (exclude_bos True / False). base_stats: model_a's accumulators from an earlier pass over the
+    same ids (a base measured against several targets), so they are not accumulated again."""
     d, G = model_a.d_model, len(names)
-    acc_a = CovarianceAccumulator(d, groups=G)  # every site in one batched update
-    acc_b = CovarianceAccumulator(d, groups=G)
-    paired = PairedStatsAccumulator(groups=G)
+    out = {v: _PassStats(base_stats[v] if base_stats else CovarianceAccumulator(d, groups=G),
+                         CovarianceAccumulator(d, groups=G), PairedStatsAccumulator(groups=G))
+           for v in variants}
     chunks = list(_batches(ids, batch_size))
     with torch.no_grad():
         for i, chunk in enumerate(chunks):
             out_a = model_a.run(chunk, capture=names, logits=False)
             out_b = model_b.run(chunk, capture=names, logits=False)
-            mask = _real_mask(out_a.batch, exclude_bos).cpu()
             xa = torch.stack([out_a.cache[s].detach().to("cpu", torch.float64) for s in names])
             xb = torch.stack([out_b.cache[s].detach().to("cpu", torch.float64) for s in names])
-            acc_a.update(xa, mask)
-            acc_b.update(xb, mask)
-            paired.update(xa, xb, mask)
+            for v, st in out.items():
+                mask = _real_mask(out_a.batch, v).cpu()
+                if not base_stats:
+                    st.acc_a.update(xa, mask)
+                st.acc_b.update(xb, mask)
+                st.paired.update(xa, xb, mask)
             if progress is not None:
                 progress((i + 1) / len(chunks))
-    ea, eb = acc_a.eigenvalues(), acc_b.eigenvalues()
-    pm = paired.means()
-    pr_std_a, pr_std_b = acc_a.participation_ratio(standardize=True), acc_b.participation_ratio(standardize=True)
+    return out
+
+
+def _geometry_frame(st: _PassStats, site_list) -> tuple[Any, dict, dict]:
+    import pandas as pd
+
+    ea, eb = st.acc_a.eigenvalues(), st.acc_b.eigenvalues()
+    pm = st.paired.means()
+    ca, cb = st.acc_a.cov, st.acc_b.cov
+    std_a, std_b = _pr_of_cov(ca, True), _pr_of_cov(cb, True)
+    loo = {(k, std): pr_leave_one_out(c, std)
+           for k, c in (("a", ca), ("b", cb)) for std in (False, True)}
     rows, spectra_a, spectra_b = [], {}, {}
-    for g, (fam, layer, s) in enumerate(site_list):
+    for g, (fam, layer, _s) in enumerate(site_list):
         pr_a, pr_b = pr_from_spectrum(ea[g]), pr_from_spectrum(eb[g])
-        rows.append({
+        row = {
             "layer": layer, "site": fam, "pr_a": pr_a, "pr_b": pr_b, "delta_pr": pr_b - pr_a,
             "erank_a": erank_from_spectrum(ea[g]), "erank_b": erank_from_spectrum(eb[g]),
             "cos": float(pm["cos"][g]), "l2": float(pm["l2"][g]),
-            "pr_std_a": float(pr_std_a[g]), "pr_std_b": float(pr_std_b[g]),
-            "norm_a": float(pm["norm_a"][g]), "norm_b": float(pm["norm_b"][g]), "n_tokens": acc_a.n,
-        })
+            "pr_std_a": float(std_a[g]), "pr_std_b": float(std_b[g]),
+            "delta_pr_std": float(std_b[g] - std_a[g]),
+            "norm_a": float(pm["norm_a"][g]), "norm_b": float(pm["norm_b"][g]),
+            "n_tokens": st.acc_a.n,
+        }
+        for (k, std), (change, j) in loo.items():
+            tag = "pr_std" if std else "pr"
+            # the largest relative change over dropping one coordinate, and that coordinate
+            row[f"{tag}_loo_{k}"] = float(change[g])
+            row[f"{tag}_loo_dim_{k}"] = int(j[g])
+        rows.append(row)
         spectra_a[f"{fam}.{layer}"] = ea[g].numpy()
         spectra_b[f"{fam}.{layer}"] = eb[g].numpy()
-    cfg = LayerGeometryConfig(sites=tuple(sites), exclude_bos=exclude_bos, batch_size=batch_size,
-                              max_tokens=max_tokens, model_a=str(getattr(model_a, "name", "")),
-                              model_b=str(getattr(model_b, "name", "")))
-    return LayerGeometryResult(cfg, pd.DataFrame(rows), spectra_a, spectra_b)
+    return pd.DataFrame(rows), spectra_a, spectra_b
+
+
+def _layer_results(model_a, model_b, texts, *, sites, variants, batch_size, max_tokens,
+                   progress=None, base_stats=None) -> tuple[dict[bool, LayerGeometryResult], dict]:
+    ids = _check_pair(model_a, model_b, texts, max_tokens, batch_size)
+    site_list = _site_names(tuple(sites), model_a.n_layers)
+    names = [s for _, _, s in site_list]
+    stats = _geometry_pass(model_a, model_b, ids, names, variants, batch_size, progress, base_stats)
+    out = {}
+    for v, st in stats.items():
+        frame, sa, sb = _geometry_frame(st, site_list)
+        cfg = LayerGeometryConfig(sites=tuple(sites), exclude_bos=v, batch_size=batch_size,
+                                  max_tokens=max_tokens, model_a=str(getattr(model_a, "name", "")),
+                                  model_b=str(getattr(model_b, "name", "")))
+        out[v] = LayerGeometryResult(cfg, frame, sa, sb)
+    return out, {v: st.acc_a for v, st in stats.items()}
+
+
+def compute_layer_geometry(model_a, model_b, texts: Sequence[str], *,
+                           sites: Sequence[str] = ("resid_post", "final_norm"),
+                           exclude_bos: bool = True, batch_size: int = 16,
+                           max_tokens: int | None = None, progress=None) -> LayerGeometryResult:
+    """Stream both models over identical teacher-forced inputs and measure every layer's PR,
+    effective rank, standardised PR (the headline estimator: `HEADLINE_ESTIMATOR`), how far one
+    coordinate moves each PR (`pr_leave_one_out`: columns pr_loo_* / pr_std_loo_*), and the mean
+    cosine / L2 distance between the paired states. Padding positions are never counted; with
+    `exclude_bos` the first real position of each row is dropped too. Memory is O(n_sites * d^2)."""
+    res, _ = _layer_results(model_a, model_b, texts, sites=sites, variants=(bool(exclude_bos),),
+                            batch_size=batch_size, max_tokens=max_tokens, progress=progress)
+    return res[bool(exclude_bos)]
 
 
 def layer_geometry(model_a, model_b, texts: Sequence[str], *, sites: Sequence[str] = ("resid_post", "final_norm"),
@@ -488,19 +577,21 @@ class GeometryReport:
 
 def geometry_report(base, targets: dict, texts: Sequence[str],
                     cfg: GeometryReportConfig | None = None) -> GeometryReport:
-    """Layer geometry of the base against every target: teacher-forced on `texts` without and with BOS, and on the
+    """Layer geometry of the base against every target: teacher-forced on `texts` without and with
+    BOS (one pass for both; the base's statistics are accumulated once for all targets), and on the
     target's own greedy generations (prompt + generated tokens)."""
     import pandas as pd
 
     cfg = cfg or GeometryReportConfig()
-    frames, main = [], {}
+    frames, main, base_stats = [], {}, None
     for name, m in targets.items():
-        for tokens, bos in (("teacher_forced", False), ("teacher_forced", True)):
-            res = compute_layer_geometry(base, m, texts, exclude_bos=not bos, batch_size=cfg.batch_size,
-                                         max_tokens=cfg.max_tokens)
-            if not bos:
-                main[name] = res
-            frames.append(res.frame.assign(target=name, tokens=tokens, bos=bos))
+        res, base_stats = _layer_results(base, m, texts, sites=("resid_post", "final_norm"),
+                                         variants=(True, False), batch_size=cfg.batch_size,
+                                         max_tokens=cfg.max_tokens, base_stats=base_stats)
+        main[name] = res[True]
+        for excluded in (True, False):
+            frames.append(res[excluded].frame.assign(target=name, tokens="teacher_forced",
+                                                     bos=not excluded))
         if cfg.n_prompts:
             prompts = context_prompts(m, texts, cfg.context_tokens, per_text=3)[:cfg.n_prompts]
             gens, _ = generate_continuations(m, prompts, max_new_tokens=cfg.new_tokens, batch_size=cfg.batch_size)

@@ -83,11 +83,14 @@ def teacher_forced_logits(model_base, model_target, texts, batch_size: int, max_
         yield zb, zt, nxt
 
 
-def context_prompts(model, texts: Sequence[str], context_tokens: int = 32, *, per_text: int = 1) -> list[list[int]]:
-    """Prompts of exactly `context_tokens` token ids from held-out texts: the first window of each text and, with
-    `per_text` > 1, up to that many consecutive non-overlapping windows (a later window keeps the text's leading BOS
-    when the tokenizer adds one, followed by the next context_tokens - 1 tokens), ordered so that every text's first
-    window comes before any second window. Texts that are too short are skipped; InputError when none is left."""
+def context_prompts(model, texts: Sequence[str], context_tokens: int = 32, *, per_text: int = 1,
+                    with_sources: bool = False):
+    """Prompts of exactly `context_tokens` token ids from held-out texts: the first window of each
+    text and, with `per_text` > 1, up to that many consecutive non-overlapping windows (a later
+    window keeps the text's leading BOS when the tokenizer adds one, followed by the next
+    context_tokens - 1 tokens), ordered so that every text's first window comes before any second
+    window. Texts that are too short are skipped; InputError when none is left. with_sources: return
+    (prompts, the index in `texts` each prompt was cut from)."""
     ids = tokenize_texts(model, texts, 10**9)
     bos = getattr(model.tokenizer, "bos_token_id", None)
     found = []
@@ -100,10 +103,11 @@ def context_prompts(model, texts: Sequence[str], context_tokens: int = 32, *, pe
             if len(w) < step:
                 break
             found.append((j, i, head + w))
-    out = [w for _, _, w in sorted(found, key=lambda x: (x[0], x[1]))]  # every text's first window comes first
+    found.sort(key=lambda x: (x[0], x[1]))  # every text's first window comes first
+    out = [w for _, _, w in found]
     if not out:
         raise InputError(f"no text has {context_tokens} tokens; pass longer held-out texts or lower context_tokens")
-    return out
+    return (out, [i for _, i, _ in found]) if with_sources else out
 
 
 def generate_continuations(model, prompts: list[list[int]], *, max_new_tokens: int = 96, greedy: bool = True,

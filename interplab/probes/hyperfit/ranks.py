@@ -26,7 +26,8 @@ from interplab.probes.hyperfit.inputs import context_prompts, generate_continuat
 __all__ = [
     "token_ranks", "full_ranks", "kendall_tau_b", "topk_kendall_tau", "rank_bins", "RANK_BINS",
     "TeacherForcedComparison", "compare_teacher_forced", "static_delta", "logit_lens", "base_ranks_of",
-    "RankReorderingConfig", "RankReorderingResult", "rank_reordering",
+    "RankReorderingConfig", "RankReorderingResult", "rank_reordering", "base_scores_of", "text_nll",
+    "DELTA_REFERENCES",
 ]
 
 RANK_BINS = ("1", "2-10", "11-200", ">200")
@@ -151,15 +152,34 @@ def compare_teacher_forced(model_base, model_target, texts: Sequence[str], *, ba
     return acc
 
 
-def static_delta(comparison: TeacherForcedComparison, top_k: int = 500) -> torch.Tensor:
-    """Static reweighting vector delta [V]: mean log-softmax change (target - base) on the top-K tokens by mean rank
-    change (most promoted by the target), 0 elsewhere."""
+DELTA_REFERENCES = ("vocab_mean", "log_softmax")
+
+
+def static_delta(comparison: TeacherForcedComparison, top_k: int = 500, *,
+                 reference: str = "vocab_mean") -> torch.Tensor:
+    """Static reweighting vector delta [V]: the mean log-probability change (target - base) of the
+    top-K tokens by mean rank change (most promoted by the target), 0 elsewhere.
+
+    reference: what a change is measured against, since logits are defined only up to a per-position
+    shift and delta is 0 off the top-K. "vocab_mean" (default): the change minus its mean over the
+    vocabulary, so a token the target promotes relative to the typical token gets delta > 0.
+    "log_softmax": the raw mean log-softmax change (the spec's §2.2 literal reading, used by the
+    runs before issue 46). A hyperfitted model's sharpening lowers the log-softmax of nearly every
+    token below its top few, so under "log_softmax" the most promoted tokens get delta < 0 (on
+    text-hyperfit all 500 are negative): the injection then *demotes* them, and on SmolLM2 it left
+    every greedy generation token-identical at alpha up to 2."""
     if top_k < 1:
         raise ConfigError(f"top_k must be >= 1, got {top_k}")
+    if reference not in DELTA_REFERENCES:
+        raise ConfigError(f"reference must be one of {DELTA_REFERENCES}, got {reference!r}")
     k = min(top_k, comparison.V)
     idx = comparison.dr_mean().topk(k).indices
+    change = comparison.dl_mean()
+    if reference == "vocab_mean":
+        # = the mean over positions of (each position's change - its vocabulary mean)
+        change = change - change.mean()
     delta = torch.zeros(comparison.V, dtype=torch.float32)
-    delta[idx] = comparison.dl_mean()[idx].float()
+    delta[idx] = change[idx].float()
     return delta
 
 
@@ -174,7 +194,22 @@ def base_ranks_of(base, prompts: list[list[int]], gens: list[list[int]], batch_s
                   exclude_eos: bool = True) -> np.ndarray:
     """Base-model rank of every generated token given the same prefix: [n_prompts, n_new] (teacher-forced). With
     `exclude_eos` the EOS logit is removed first, matching generations whose length was pinned by suppressing EOS."""
-    out = []
+    return base_scores_of(base, prompts, gens, batch_size, exclude_eos)[0]
+
+
+def _eos_free(base, z: torch.Tensor, exclude_eos: bool) -> torch.Tensor:
+    if exclude_eos and getattr(base, "eos_token_id", None) is not None:
+        z[..., base.eos_token_id] = float("-inf")
+    return z
+
+
+def base_scores_of(base, prompts: list[list[int]], gens: list[list[int]], batch_size: int = 32,
+                   exclude_eos: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """One teacher-forced pass of the base over prompt + generation: (ranks [n_prompts, n_new] as
+    `base_ranks_of`, nll [n_prompts]: each generation's mean negative log-likelihood per token under
+    the base, in nats; with `exclude_eos` over the vocabulary without EOS, as the pinned-length
+    generations were drawn)."""
+    ranks, nll = [], []
     for i in range(0, len(prompts), batch_size):
         P = [len(p) for p in prompts[i:i + batch_size]]
         G = [len(g) for g in gens[i:i + batch_size]]
@@ -183,10 +218,37 @@ def base_ranks_of(base, prompts: list[list[int]], gens: list[list[int]], batch_s
         p, g = P[0], G[0]
         seqs = [a + b for a, b in zip(prompts[i:i + batch_size], gens[i:i + batch_size])]
         with torch.no_grad():
-            z = base.run(seqs).logits[:, p - 1:p - 1 + g].float()
-        if exclude_eos and getattr(base, "eos_token_id", None) is not None:
-            z[..., base.eos_token_id] = float("-inf")
-        out.append(token_ranks(z, torch.tensor([s[p:] for s in seqs], device=z.device)).cpu())
+            z = _eos_free(base, base.run(seqs).logits[:, p - 1:p - 1 + g].float(), exclude_eos)
+        ids = torch.tensor([s[p:] for s in seqs], device=z.device)
+        ranks.append(token_ranks(z, ids).cpu())
+        lp = torch.log_softmax(z.double(), -1).gather(-1, ids[..., None])[..., 0]
+        nll.append((-lp.mean(-1)).cpu())
+    return torch.cat(ranks).numpy(), torch.cat(nll).numpy()
+
+
+def text_nll(model, texts: Sequence[str], *, batch_size: int = 16, max_tokens: int | None = None,
+             exclude_eos: bool = True) -> np.ndarray:
+    """Each text's mean negative log-likelihood per predicted token under `model` (nats; [n_texts];
+    NaN for a text of one token), teacher-forced; with `exclude_eos` over the vocabulary without
+    EOS. The reference a generated reply's NLL is held to: how likely the model finds human-written
+    text."""
+    from interplab.probes.hyperfit.inputs import tokenize_texts
+
+    ids = tokenize_texts(model, texts, max_tokens)
+    out = []
+    for i in range(0, len(ids), batch_size):
+        chunk = ids[i:i + batch_size]
+        with torch.no_grad():
+            res = model.run(chunk, logits=True)
+        z = _eos_free(model, res.logits[:, :-1].float(), exclude_eos)
+        mask = res.batch.attention_mask.bool()
+        pred = (mask[:, :-1] & mask[:, 1:]).to(z.device)
+        nxt = res.batch.input_ids[:, 1:].to(z.device)
+        lp = torch.log_softmax(z.double(), -1).gather(-1, nxt[..., None])[..., 0]
+        n = pred.sum(-1)
+        tot = (-lp * pred).sum(-1)
+        nan = torch.full_like(tot, float("nan"))
+        out.append(torch.where(n > 0, tot / n.clamp_min(1), nan).cpu())
     return torch.cat(out).numpy()
 
 

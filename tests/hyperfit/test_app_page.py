@@ -104,5 +104,4 @@ def test_page_opens_the_shipped_smollm2_table_and_k_sweep(tmp_path, monkeypatch)
     assert "hyperfit-geometry-smollm2" in str(at.selectbox(key="geo_saved_geo").value)
     shown = [m.value for kind in ("success", "info", "warning") for m in getattr(at, kind)]
     assert any("Terminal Expansion" in m and "standardised PR" in m for m in shown)
-    # the committed eval run predates issue 46 (its rerun did not fit the session): the page says it is unchecked
-    assert any("carries no validity checks" in c.value for c in at.caption)
+    assert any("Sampling at the entropy-matched temperature" in m for m in shown)

@@ -63,8 +63,8 @@ def pr_by_layer_figure(geometry, *, name_a: str = "base", name_b: str = "target"
     notes = []
     if not rp.empty:
         last = rp.iloc[-1]
-        notes.append(f"ΔDim last block (pre-norm) = {last[dcol]:+.2f}"
-                     + (f" (raw PR {last['delta_pr']:+.2f})" if std else ""))
+        notes.append(f"ΔDim last block {last[dcol]:+.2f}"
+                     + (f" (raw {last['delta_pr']:+.2f})" if std else ""))
     fn = df[df["site"] == "final_norm"]
     if not fn.empty:
         r = fn.iloc[0]
@@ -73,12 +73,12 @@ def pr_by_layer_figure(geometry, *, name_a: str = "base", name_b: str = "target"
                                      name=f"{label} {name} (final norm)",
                                      marker=dict(symbol="diamond-open", size=12, color=color)))
         raw = f" (raw {r['delta_pr']:+.2f})" if std else ""
-        notes.append(f"post-norm = {r[dcol]:+.2f}" + raw)
+        notes.append(f"after final norm {r[dcol]:+.2f}" + raw)
     # the ΔDim summary is the title's second line: a right-anchored annotation ran off the left edge
     # when narrow
     t = title or "Participation ratio by layer"
     if notes:
-        t += "<br>" + "; ".join(notes)
+        t += "".join(f"<br>{n}" for n in notes)    # one short line each: a narrow column cuts long ones
     apply_style(fig, title=t, xaxis="layer")
     fig.update_yaxes(title_text="participation ratio", secondary_y=False)
     fig.update_yaxes(title_text="ΔDim", secondary_y=True, showgrid=False)

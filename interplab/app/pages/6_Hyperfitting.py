@@ -209,10 +209,10 @@ def _d(rows, col: str) -> str:
 # docs/hyperfit.md): a few massive coordinates set the raw PR of a real model's last block, so the
 # raw value is shown beside it, not instead
 c1, c2, c3, c4 = st.columns(4)
-c1.metric("ΔDim last block: standardised PR (headline)", _d(rp, "delta_pr_std"))
-c2.metric("ΔDim last block: raw PR (the paper's)", _d(rp, "delta_pr"))
-c3.metric("ΔDim after final norm: standardised / raw",
-          f"{_d(fn, 'delta_pr_std')} / {_d(fn, 'delta_pr')}")
+c1.metric("ΔDim, last block", _d(rp, "delta_pr_std"),
+          help="standardised PR, position 0 excluded: the headline estimator")
+c2.metric("raw PR ΔDim", _d(rp, "delta_pr"), help="the paper's estimator, last block")
+c3.metric("ΔDim, final norm", _d(fn, "delta_pr_std"), help=f"standardised; raw {_d(fn, 'delta_pr')}")
 c4.metric("tokens measured", f"{int(df['n_tokens'].iloc[0]):,}")
 from interplab.probes.hyperfit.verdicts import MAX_COORDINATE_CHANGE  # noqa: E402
 

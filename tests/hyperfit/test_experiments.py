@@ -96,7 +96,7 @@ def test_figures_build(hf_pair, eval_result):
     for f in figs:
         assert isinstance(f, go.Figure) and len(f.data) > 0
     ann = figs[0].layout.title.text  # the ΔDim summary is the title's second line (an annotation ran off the left)
-    assert "ΔDim last block" in ann and "post-norm" in ann
+    assert "ΔDim last block" in ann and "after final norm" in ann
     html = F.repetition_html("a b c a b c d".split(), n=3, ranks=[1, 2, 50, 1, 1, 1, 1])
     assert html.count("background:#f8c9c4") == 3  # the second "a b c" repeats an earlier trigram
     assert html.count("font-weight:bold") == 2  # ranks 2 and 50 are overrides

@@ -188,8 +188,7 @@ def eval_verdicts(res) -> list[Verdict]:
                 *hyper_ok,
             ),
             note="supported: the hyperfitted TTR interval clearly above the T* one; not supported: "
-                 "the T* one clearly "
-            "above",
+                 "the T* one clearly above",
         )
     )
     out.append(_static_verdict(res, ttr, seeds, units))
@@ -259,8 +258,7 @@ def _static_verdict(res, ttr: Span, seeds: Check, units: dict) -> Verdict:
             ),
         ),
         note="supported: the hyperfitted TTR interval clearly above the best non-degenerate static "
-             "strength; not "
-        "supported: that strength clearly above",
+             "strength; not supported: that strength clearly above",
     )
 
 

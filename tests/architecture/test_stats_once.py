@@ -8,7 +8,10 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+
+from interplab.probes import stats
 
 PKG = Path(__file__).resolve().parents[2] / "interplab"
 PATTERNS = {
@@ -103,8 +106,8 @@ def test_no_statistic_is_reimplemented_by_shape():
 
 
 @pytest.mark.parametrize("source, what", [
-    ("def f(x, rng):\n    b = x[rng.integers(0, len(x), (99, len(x)))].mean(1)\n"
-     "    return np.quantile(b, 0.5)", "quantiles of resamples"),
+    (("def f(x, rng):\n    b = x[rng.integers(0, len(x), (99, len(x)))].mean(1)\n"
+     "    return np.quantile(b, 0.5)"), "quantiles of resamples"),
     ("def f(self, x):\n    b = x[self._boot_idx(len(x))].mean(1)\n    return np.nanquantile(b, 0.5, 0)",
      "quantiles of resamples"),
     ("def f(v, q):\n    return np.quantile(v, q), np.quantile(v, 1 - q)", "a percentile interval"),
@@ -148,12 +151,29 @@ def test_one_nan_policy_for_every_recovery_table():
     assert inf["pass"] and inf["mean"] == inf["min"] == np.inf and inf["n_nan"] == 0
 
 
-def test_the_three_validations_share_the_recovery_table():
-    import inspect
+def _passing(op: str, thr: float) -> float:
+    return {">=": thr, ">": thr + 1.0, "<=": thr, "<": thr - 1.0}[op]
 
-    from interplab.probes.crh.validation import CrhValidation
-    from interplab.probes.decodeshare.validation import DecodeShareValidation
-    from interplab.probes.truth.validation import TruthValidation
 
-    for cls in (TruthValidation, DecodeShareValidation, CrhValidation):
-        assert "stats.target_row" in inspect.getsource(cls.recovery_table), cls.__name__
+@pytest.mark.parametrize("module", ["truth", "decodeshare", "crh"])
+def test_the_three_validations_share_the_recovery_table(module):
+    """Each validation's recovery table applies `stats.target_row` (and so its NaN policy) to every target: two
+    seeds meet every bar, then one seed of the first target turns NaN; every row must equal target_row's."""
+    import importlib
+
+    mod = importlib.import_module(f"interplab.probes.{module}.validation")
+    cls = next(v for k, v in vars(mod).items() if k.endswith("Validation") and isinstance(v, type)
+               and v.__module__ == mod.__name__)
+    per_seed = pd.DataFrame([{"seed": s, "condition": "planted",
+                              **{m: _passing(op, thr) for m, op, thr in mod.TARGETS}} for s in (0, 1)])
+    first = mod.TARGETS[0][0]
+    for frame in (per_seed, per_seed.assign(**{first: [np.nan, per_seed[first][1]]})):
+        val = object.__new__(cls)       # only per_seed is read by recovery_table
+        val.per_seed = frame
+        table = val.recovery_table().set_index("metric")
+        for metric, op, thr in mod.TARGETS:
+            want = stats.target_row(frame[metric], op, thr)
+            got = table.loc[metric]
+            assert {k: got[k] for k in ("n_seeds", "n_nan", "pass")} == \
+                {k: want[k] for k in ("n_seeds", "n_nan", "pass")}, (module, metric)
+        assert bool(table.loc[first, "pass"]) == (frame is per_seed), module

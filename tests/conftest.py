@@ -163,11 +163,16 @@ def app_server(tmp_path_factory):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
            "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "INTERPLAB_HOME": str(home)}
     env.pop("INTERPLAB_DEFAULT_MODEL", None)
+    # INTERPLAB_WALK_MODEL (unset in the suite) runs the same browser walk on another model, e.g. a real one:
+    # `INTERPLAB_WALK_MODEL=real:smollm2-135m-instruct INTERPLAB_SCREENSHOT_DIR=shots pytest
+    # tests/app/test_screenshots.py -s` (issue 48's walk at full defaults; method pages hand off to jobs)
+    walk_model = os.environ.get("INTERPLAB_WALK_MODEL")
     # the server must import this checkout's interplab, whatever the working directory
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     log = open(home / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "interplab.cli", "app", "--port", str(port)], stdout=log,
+    model = ["--model", walk_model] if walk_model else []
+    proc = subprocess.Popen([sys.executable, "-m", "interplab.cli", "app", "--port", str(port), *model], stdout=log,
                             stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(home))
     try:
         _wait_healthy(url, proc, timeout=120)

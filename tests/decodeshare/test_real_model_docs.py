@@ -16,9 +16,7 @@ from tests.real_model_docs import assert_claim_table, doc_section, run_dir, vali
 ROOT = Path(__file__).resolve().parents[2]
 DOC = "decodeshare.md"
 CONDITIONS = ("shared", "prefill-est", "haar", "var-matched", "alpha-match", "k-match")
-# layer 24 was not rerun with the sweep (it did not fit the session's CPU budget): the docs call its claims
-# inconclusive and quote no number of it
-LAYERS = (15,)
+LAYERS = (15, 24)
 SCREENS = ("screen", "screen-calib")
 
 

@@ -15,9 +15,8 @@ from interplab.core.errors import InterplabError
 from interplab.figures.decodeshare import (ablation_figure, alpha_sweep_figure, h3_grid_figure,
                                            principal_angle_figure, sensitivity_figure, variance_share_heatmap)
 from interplab.interventions.projection import SubspaceProjection
-from interplab.probes.decodeshare import (ALL_TASKS, DecodeShareConfig, calibration_states, estimate_subspaces,
-                                          multitask_sets, patchback_bases, run_study, sensitivity_sweep,
-                                          study_patchback)
+from interplab.probes.decodeshare import (ALL_TASKS, DecodeShareConfig, calibration_states, multitask_sets,
+                                          patchback_bases, run_study, sensitivity_sweep, study_patchback)
 
 
 def validation() -> None:

@@ -6,11 +6,12 @@
 
     d = diffs(model, data, key=(picked.key, data.name), layer=6, position="mean")
 
-The rule is the same for every cached call: positional arguments are the objects a computation reads but the cache
-does not hash (a model, an SAE, a grammar, a dataset); `key` names them (for a model, its `PageModel.key`: name,
-backend, device, dtype); every other argument is a setting, passed by keyword and hashed under its name, so a
-cache entry can never be told apart by argument position alone. Each decorated function has its own bounded cache
-(Streamlit's `st.cache_data`, or `st.cache_resource` for objects that must not be copied)."""
+One rule for every cached call: positional arguments are the objects a computation reads but the
+cache does not hash (a model, an SAE, a grammar, a dataset); `key` names them (for a model, its
+`PageModel.key`: name, backend, device, dtype); every other argument is a setting, passed by
+keyword and hashed under its name, so no cache entry is told apart by argument position alone.
+Each decorated function has a bounded cache of its own (Streamlit's `st.cache_data`, or
+`st.cache_resource` for objects that must be shared rather than copied)."""
 from __future__ import annotations
 
 import functools
@@ -23,9 +24,11 @@ __all__ = ["cached_compute"]
 
 
 def cached_compute(spinner: str | bool = False, *, max_entries: int = 8, resource: bool = False):
-    """Decorate `fn(*inputs, **settings)`; call it as `fn(*inputs, key=..., **settings)`. `key` (hashable)
-    identifies the positional inputs and is required when there are any; `resource=True` caches the returned
-    object itself (shared, not copied) rather than a copy of it. `.clear()` empties the function's cache."""
+    """Decorate `fn(*inputs, **settings)`; call it as `fn(*inputs, key=..., **settings)`.
+
+    `key` (hashable) identifies the positional inputs and is required when there are any;
+    `resource=True` caches the returned object itself (shared, not copied). `.clear()` empties
+    the function's cache."""
     if not isinstance(max_entries, int) or max_entries < 1:
         raise InputError(f"cached_compute: max_entries must be a positive int, not {max_entries!r}")
 
@@ -33,8 +36,8 @@ def cached_compute(spinner: str | bool = False, *, max_entries: int = 8, resourc
         def run(key, settings, _inputs):       # noqa: ARG001 - key and settings are the cache key
             return fn(*_inputs, **dict(settings))
 
-        # Streamlit names a cache by module, qualified name and source: give `run` those of `fn`, so every
-        # decorated function gets a cache of its own that is dropped when its source changes
+        # Streamlit names a cache by module, qualified name and source: give `run` those of `fn`,
+        # so every decorated function has a cache of its own, dropped when its source changes
         functools.update_wrapper(run, fn)
         cache = st.cache_resource if resource else st.cache_data
         cached = cache(max_entries=max_entries, show_spinner=spinner)(run)
@@ -42,8 +45,8 @@ def cached_compute(spinner: str | bool = False, *, max_entries: int = 8, resourc
         @functools.wraps(fn)
         def call(*inputs, key=None, **settings):
             if inputs and key is None:
-                raise InputError(f"{fn.__qualname__}: key= must name the inputs the cache does not hash "
-                                 "(e.g. the PageModel's key for a model)")
+                raise InputError(f"{fn.__qualname__}: key= must name the inputs the cache does not "
+                                 "hash (e.g. the PageModel's key for a model)")
             return cached(key=key, settings=tuple(sorted(settings.items())), _inputs=inputs)
 
         call.clear = cached.clear

@@ -1,5 +1,6 @@
-"""interplab.app.compute.cached_compute, the pages' one cached-compute helper: a result is cached per (key, settings
-by name), the unhashed inputs never take part in the key, and each decorated function has a cache of its own."""
+"""interplab.app.compute.cached_compute, the pages' one cached-compute helper: a result is cached
+per (key, settings by name), the unhashed inputs never take part in the key, and each decorated
+function has a cache of its own."""
 from __future__ import annotations
 
 import pytest
@@ -31,12 +32,12 @@ def test_results_are_cached_per_key_and_named_settings():
     scaled.clear()
     a, b = Model(2), Model(3)
     assert scaled(a, key="a", x=1, y=5) == 7
-    assert scaled(a, key="a", y=5, x=1) == 7                  # the same settings by name, in another order
+    assert scaled(a, key="a", y=5, x=1) == 7      # the same settings by name, in another order
     assert len(calls) == 1
-    assert scaled(a, key="a", x=2, y=5) == 9                  # another setting
-    assert scaled(b, key="b", x=1, y=5) == 8                  # another model (key)
+    assert scaled(a, key="a", x=2, y=5) == 9      # another setting
+    assert scaled(b, key="b", x=1, y=5) == 8      # another model (key)
     assert len(calls) == 3
-    # the key is what names the inputs: the same key with another object is served from the cache
+    # the key is what names the inputs: the same key with another object is served from cache
     assert scaled(b, key="a", x=1, y=5) == 7 and len(calls) == 3
 
 
@@ -62,8 +63,8 @@ def test_inputs_need_a_key_and_settings_are_named():
     with pytest.raises(InputError, match="key="):
         f(Model(1), x=1)
     f.clear()
-    # a setting passed by position is an input the cache does not hash: the key must name it, and the function
-    # rejects it where it expects a named setting
+    # a setting passed by position is an input the cache does not hash: the key must name it,
+    # and the function rejects it where it expects a named setting
     with pytest.raises(TypeError):
         f(Model(1), 3, key="m")
     with pytest.raises(InputError, match="max_entries"):

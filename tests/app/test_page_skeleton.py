@@ -1,8 +1,9 @@
-"""Issue 48, "Pages on one skeleton": every page script is at most 200 lines, gets its model's device, dtype and
-backend from the sidebar (no page-local literal), and caches through `interplab.app.compute.cached_compute`.
+"""Issue 48, "Pages on one skeleton": every page script is at most 200 lines, takes its model's
+device, dtype and backend from the sidebar (no page-local literal), and caches through
+`interplab.app.compute.cached_compute`.
 
-Checked by parsing each file (ast), one test per file so a failure names the page; the checkers are tested on
-sources that break each rule, so these tests can fail."""
+Checked by parsing each file (ast), one test per file so that a failure names the page; the
+checkers are tested on sources that break each rule, so these tests can fail."""
 from __future__ import annotations
 
 import ast
@@ -28,9 +29,11 @@ def _ids(paths) -> list[str]:
 
 
 def _literal(node) -> bool:
-    """A value fixed in the source: a constant, or an attribute of a module name (`torch.float32`)."""
-    return isinstance(node, ast.Constant) and node.value is not None or (
-        isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch")
+    """A value fixed in the source: a constant, or a torch attribute (`torch.float32`)."""
+    if isinstance(node, ast.Constant):
+        return node.value is not None
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "torch")
 
 
 def _callee(call: ast.Call) -> str:
@@ -39,9 +42,10 @@ def _callee(call: ast.Call) -> str:
 
 
 def hard_coded_model_settings(source: str) -> list[str]:
-    """Where `source` fixes a model's device, dtype or backend itself: `device="cpu"` (a keyword with a literal),
-    `{"dtype": "float32"}` (a dict entry), a literal in a loader's backend/device/dtype position, or a loader
-    called without device and dtype (its defaults, not the sidebar's, would decide them)."""
+    """Where `source` fixes a model's device, dtype or backend itself: `device="cpu"` (a keyword
+    with a literal), `{"dtype": "float32"}` (a dict entry), a literal in a loader's backend /
+    device / dtype position, or a loader called without device and dtype (its defaults, not the
+    sidebar's, would decide them)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call):
@@ -51,10 +55,13 @@ def hard_coded_model_settings(source: str) -> list[str]:
             if _callee(node) in LOADERS:
                 for pos, arg in enumerate(node.args[1:4], start=1):
                     if _literal(arg):
-                        found.append(f"line {node.lineno}: {_callee(node)}(..., {ast.unparse(arg)}) fixes "
-                                     f"{LOADER_ARGS[pos - 1]}")
-                named = {kw.arg for kw in node.keywords} | ({"device", "dtype"} if len(node.args) >= 4 else set())
-                if not {"device", "dtype"} <= named and not any(kw.arg is None for kw in node.keywords):
+                        found.append(f"line {node.lineno}: {_callee(node)}(..., "
+                                     f"{ast.unparse(arg)}) fixes {LOADER_ARGS[pos - 1]}")
+                named = {kw.arg for kw in node.keywords}
+                if len(node.args) >= 4:
+                    named |= {"device", "dtype"}
+                spread = any(kw.arg is None for kw in node.keywords)     # **kwargs: cannot tell
+                if not {"device", "dtype"} <= named and not spread:
                     found.append(f"line {node.lineno}: {_callee(node)}() without device and dtype")
         elif isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
@@ -64,8 +71,8 @@ def hard_coded_model_settings(source: str) -> list[str]:
 
 
 def own_caches(source: str) -> list[str]:
-    """Where `source` uses Streamlit's caches itself (`st.cache_data`, `st.cache_resource`) instead of the one
-    cached-compute helper."""
+    """Where `source` uses Streamlit's caches itself (`st.cache_data`, `st.cache_resource`)
+    instead of the one cached-compute helper."""
     return [f"line {n.lineno}: st.{n.attr}" for n in ast.walk(ast.parse(source))
             if isinstance(n, ast.Attribute) and n.attr in CACHES]
 
@@ -73,7 +80,8 @@ def own_caches(source: str) -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
 def test_page_is_at_most_200_lines(page):
     n = len(page.read_text(encoding="utf-8").splitlines())
-    assert n <= MAX_LINES, f"{page.name} has {n} lines (at most {MAX_LINES}): move its sections to app/views/"
+    assert n <= MAX_LINES, (f"{page.name} has {n} lines (at most {MAX_LINES}): move its sections "
+                            "to interplab/app/views/")
 
 
 @pytest.mark.parametrize("path", PAGE_CODE, ids=_ids(PAGE_CODE))
@@ -85,7 +93,8 @@ def test_page_takes_device_dtype_backend_from_the_sidebar(path):
 @pytest.mark.parametrize("path", PAGE_CODE, ids=_ids(PAGE_CODE))
 def test_page_caches_through_cached_compute(path):
     found = own_caches(path.read_text(encoding="utf-8"))
-    assert not found, f"{path.name} caches by itself (use interplab.app.compute.cached_compute): {found}"
+    assert not found, (f"{path.name} caches by itself (use interplab.app.compute.cached_compute): "
+                       f"{found}")
 
 
 def test_the_checkers_find_what_they_look_for():
@@ -104,5 +113,6 @@ def test_the_checkers_find_what_they_look_for():
     good = ('m = picked.load()\nn = state.get_model(name, backend=b, device=d, dtype=t)\n'
             'cfg = {"device": picked.device}\nr = run(backend=picked.backend)\n')
     assert hard_coded_model_settings(good) == []
-    assert own_caches("@st.cache_data(max_entries=2)\ndef f():\n    pass\n") == ["line 1: st.cache_data"]
+    own = own_caches("@st.cache_data(max_entries=2)\ndef f():\n    pass\n")
+    assert own == ["line 1: st.cache_data"]
     assert own_caches("@cached_compute('...')\ndef f():\n    pass\n") == []

@@ -27,7 +27,7 @@ def home() -> None:
     for page in app_pages():
         st.markdown(f"**{page.title}.** {page.summary}")
 
-    picked = page_model("home")          # loaded on the sidebar's device and dtype, as every page loads it
+    picked = page_model("home")          # on the sidebar's device and dtype, as every page loads it
     name, backend = picked.name, picked.backend
 
     st.header("Current model")

@@ -30,7 +30,7 @@ if is_new:
 @cached_compute("Collecting the directions computed for this model...")
 def _registry(model, at, *, site: str):
     extra = {}
-    if at is not None and at.model == model.name and at.site == site:   # this session's atlas (Atlas page)
+    if at is not None and at.model == model.name and at.site == site:   # the Atlas page's atlas
         extra = {f"{k}[{j}] (this session's atlas)": b[:, j] for k, b in at.directions.items() if k != "sae"
                  for j in range(b.shape[1])}
     # words' unembeddings (the default facts' countries and capitals): a real vocabulary's first ids are special and

@@ -35,7 +35,8 @@ def _report(model, *, prompt: str, layer: int, top_k: int, system: str = "", cha
 @cached_compute("Running the prompt under the edit...", max_entries=32)
 def _report_edited(model, edits, *, prompt: str, top_k: int, system: str = "", chat=None):
     # the key names the edits by their full description; the Edit objects themselves are not hashed
-    return next_token_report(model, prompt, layer=0, top_k=top_k, edits=edits, system=system, chat=chat)
+    return next_token_report(model, prompt, layer=0, top_k=top_k, edits=edits, system=system,
+                             chat=chat)
 
 
 summary = model_summary(model)
@@ -99,8 +100,8 @@ try:
     unknown = model.unknown_tokens(prompt_input(model, prompt, system, chat), chat=chat)
     if unknown:
         st.warning(unknown_token_message(model.name, unknown))
-    res = _report(model, key=picked.key, prompt=prompt, layer=int(layer), top_k=int(top_k), system=system,
-                  chat=chat)
+    res = _report(model, key=picked.key, prompt=prompt, layer=int(layer), top_k=int(top_k),
+                  system=system, chat=chat)
 except InterplabError as exc:
     st.error(f"Cannot run this prompt: {exc}")
     st.stop()
@@ -149,8 +150,8 @@ try:
         edits = [Ablate(f"attn_z.{int(edit_layer)}", heads=heads)]
         edit_label = f"zero heads {heads} at attn_z.{int(edit_layer)}"
     if edits:
-        edited = _report_edited(model, edits, key=(picked.key, edit_label), prompt=prompt, top_k=int(top_k),
-                                system=system, chat=chat)
+        edited = _report_edited(model, edits, key=(picked.key, edit_label), prompt=prompt,
+                                top_k=int(top_k), system=system, chat=chat)
 except (InterplabError, ValueError) as exc:
     st.error(f"Cannot apply this edit: {exc}")
     st.stop()

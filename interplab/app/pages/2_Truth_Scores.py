@@ -3,8 +3,8 @@
 Sources: the authors' released maps (no model needed), or a model scored live on CtxMem verification prompts.
 Views: L x H heatmap (raw / per-layer normalised / gates) with hover, lineage matrix + bars + per-layer curves +
 pair scatter with the within-layer null, score-vs-evidence scatter, gating sweep (saved runs or a quick live sweep)
-and a "try it" box generating with and without gating side by side. A thin view over interplab.probes; the
-sections live in interplab.app.views.truth_scores."""
+and a "try it" box generating with and without gating side by side. A thin view over interplab.probes;
+the sections live in interplab.app.views.truth_scores."""
 from __future__ import annotations
 
 import streamlit as st
@@ -26,7 +26,8 @@ st.caption("S(l,h) = 5-fold cross-validated accuracy of a logistic probe on head
 
 picked = page_model("ts", picker="ts_model")   # loaded only when a section needs it
 organism = is_organism(picked)            # CtxMem is the organisms' language; any other model reads world facts
-your_data("truth", key="ts_data", overrides={"model": picked.name, "backend": picked.backend, "figure_formats": ""})
+your_data("truth", key="ts_data",
+          overrides={"model": picked.name, "backend": picked.backend, "figure_formats": ""})
 
 released = V.released_maps()
 scored: dict = st.session_state.setdefault("ts_scored", {})

@@ -47,10 +47,11 @@ your_data("decodeshare", key="ds_data", overrides={"model": picked.name, "backen
 model = picked.load()
 vocab = model.tokenizer.get_vocab()
 if not all(w in vocab for w in ("sep", "copy", "s0")):
-    st.info("The interactive sections below need a multitask-decode organism (`zoo:toy-chat` or `zoo:toy-base`): "
-            f"their prompts use the toy vocabulary (`copy s3 s1 sep`), which `{picked.name}` does not have. On it, "
-            "run the built-in chat tasks in *On a real model* above, or your own tasks from a file (task, prompt, "
-            "answer) in *Your data* above.")
+    st.info("The interactive sections below need a multitask-decode organism (`zoo:toy-chat` or "
+            "`zoo:toy-base`): their prompts use the toy vocabulary (`copy s3 s1 sep`), which "
+            f"`{picked.name}` does not have. On it, run the built-in chat tasks in *On a real "
+            "model* above, or your own tasks from a file (task, prompt, answer) in *Your data* "
+            "above.")
     st.stop()
 
 s = V.sidebar_settings(model)
@@ -59,8 +60,8 @@ if len(s.tasks) < 2:
     st.stop()
 fmt_used = resolve_format(picked.name, s.fmt)
 try:
-    calib = V.states(model, key=picked.key, layer=s.layer, tasks=s.tasks, n_calib=s.n_calib, max_new=s.max_new,
-                     fmt=fmt_used)
+    calib = V.states(model, key=picked.key, layer=s.layer, tasks=s.tasks, n_calib=s.n_calib,
+                     max_new=s.max_new, fmt=fmt_used)
     est = estimate_subspaces(calib, rho=s.rho, tau=s.tau, tau_k=s.tau_k, m=s.m, mode=s.mode)
 except InterplabError as e:
     st.error(str(e))

@@ -3,8 +3,8 @@
 Two sources: a planted cylinder (synthetic, spec §7A; no model needed) or a model's concepts (toy-chat concepts, the
 paper's concepts as offline pairs on a real chat model, or your own with/without pairs; the saved `crh-concepts` study
 of SmolLM2 opens in an expander). Views: the 3-D cylinder, the polar sector map (population + per sample), penalty
-heatmaps, the Implication-3 pairwise scatter and a steering "try it" box. A thin view over interplab.probes.crh; the
-sections live in interplab.app.views.crh."""
+heatmaps, the Implication-3 pairwise scatter and a steering "try it" box. A thin view over
+interplab.probes.crh; the sections live in interplab.app.views.crh."""
 from __future__ import annotations
 
 import streamlit as st
@@ -66,7 +66,8 @@ judge = crh.TokenSetJudge(concept.data.words)
 if concept.offline:
     from interplab.probes.crh.study import residual_unit  # noqa: E402
 
-    unit, unit_name = residual_unit(model, concept.data.test_prompts, concept.layer), "residual norm"
+    unit = residual_unit(model, concept.data.test_prompts, concept.layer)
+    unit_name = "residual norm"
 else:
     unit, unit_name = cyl.axis_norm, "‖a‖"
 V.steering_scans(model, concept, cyl, d_test, judge, unit, unit_name)

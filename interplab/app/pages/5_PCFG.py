@@ -1,6 +1,6 @@
 """PCFG page: pick or edit a grammar, sample a sentence (gold vs Viterbi tree), compare the model's next-token
-distribution with the exact grammar distribution, KL by position, layer-wise parse probes and l*(ℓ). The sections
-live in interplab.app.views.pcfg."""
+distribution with the exact grammar distribution, KL by position, layer-wise parse probes and l*(ℓ).
+The sections live in interplab.app.views.pcfg."""
 from __future__ import annotations
 
 import streamlit as st

@@ -2,8 +2,8 @@
 
 Two models (a base and a hyperfitted / LoRA descendant) on identical held-out text: participation ratio by layer with
 DeltaDim, cosine/L2 by layer, the results table, the base-rank histogram of the target's greedy tokens, the
-entropy-matched temperature control, and generations side by side with repetition highlighted. The sections live in
-interplab.app.views.hyperfit."""
+entropy-matched temperature control, and generations side by side with repetition highlighted. The
+sections live in interplab.app.views.hyperfit."""
 from __future__ import annotations
 
 import streamlit as st
@@ -21,12 +21,13 @@ st.caption("Hyperfitting (training to near-zero loss on a few sequences) makes g
            "a sharper distribution (temperature), a static vocabulary reweighting, or a late-layer geometric "
            "expansion? Compare a base model with its hyperfitted descendant on identical held-out text.")
 
-# A: the sidebar's model (its backend, device, dtype); B: a hyperfitted descendant of it, loaded as A is
+# A: the sidebar's model (its backend, device, dtype); B: a hyperfitted descendant, loaded as A is
 picked = page_model("geo", picker="geo_a", page="hyperfit", suggested="text-base",
                     fits=lambda n: n.startswith("text-"))
 name_a = picked.name
 name_b = V.pick_target(name_a)
-your_data("hyperfit", key="geo_data", overrides={"base": name_a, "targets": name_b or "", "n_prompts": 0})
+your_data("hyperfit", key="geo_data",
+          overrides={"base": name_a, "targets": name_b or "", "n_prompts": 0})
 
 with st.expander("Hyperfitting controls (saved run): is the PR growth specific to hyperfitting?"):
     st.caption("Hyperfitting vs ordinary fine-tuning (same steps, early stopping on held-out windows) vs hyperfitting "
@@ -35,10 +36,11 @@ with st.expander("Hyperfitting controls (saved run): is the PR growth specific t
     V.saved_controls(name_a)
 
 with st.expander("Saved runs (e.g. SmolLM2-135M-Instruct): the paper's table and the LoRA k sweep"):
-    st.caption("Runs of `hyperfit-eval` and `hyperfit-ksweep` (ΔDim per layer is in the controls box above), including "
-               "the committed SmolLM2-135M-Instruct runs (Late-Stage LoRA on its last 5 of 30 blocks; docs/hyperfit.md "
-               "\"On a real model\"). A hyperfitted 135M checkpoint is 0.5 GB, so the real model's targets are not "
-               "shipped; `interplab run hyperfit-train --set base=real:smollm2-135m-instruct` makes one.")
+    st.caption("Runs of `hyperfit-eval` and `hyperfit-ksweep` (ΔDim per layer is in the controls "
+               "box above), including the committed SmolLM2-135M-Instruct runs (Late-Stage LoRA on "
+               "its last 5 of 30 blocks; docs/hyperfit.md \"On a real model\"). A hyperfitted 135M "
+               "checkpoint is 0.5 GB, so the real model's targets are not shipped; `interplab run "
+               "hyperfit-train --set base=real:smollm2-135m-instruct` makes one.")
     V.saved_tables(name_a)
 
 bud = V.budget()
@@ -66,7 +68,8 @@ if not texts:
     st.stop()
 key = (picked.key, target.key)
 try:
-    geo = V.geometry(model_a, model_b, key=key, texts=texts, max_tokens=bud.max_tokens, exclude_bos=bud.exclude_bos)
+    geo = V.geometry(model_a, model_b, key=key, texts=texts, max_tokens=bud.max_tokens,
+                     exclude_bos=bud.exclude_bos)
 except InterplabError as exc:
     st.error(f"Cannot measure geometry: {exc}")
     st.stop()
@@ -79,8 +82,9 @@ V.layer_views(geo)
 # request, so the page's first open shows the geometry within seconds.
 if not (st.button("Compute rank reordering, temperature control and generations", key="geo_more", type="primary")
         or st.session_state.get("geo_more_done")):
-    st.info("Rank reordering, the entropy-matched temperature control and the side-by-side generations decode "
-            f"{bud.n_prompts} prompts × {bud.new_tokens} tokens with both models: press the button above.")
+    st.info("Rank reordering, the entropy-matched temperature control and the side-by-side "
+            f"generations decode {bud.n_prompts} prompts × {bud.new_tokens} tokens with both "
+            "models: press the button above.")
     st.stop()
 st.session_state["geo_more_done"] = True
 

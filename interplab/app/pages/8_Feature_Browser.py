@@ -21,7 +21,7 @@ model = picked.load()
 sae_dir = V.pick_sae_dir(picked.name)
 sae = V.load(sae_dir)
 site, n_samples, k = V.scan_settings(model, sae)
-sae_key = (picked.key, sae_dir, V.weights_stamp(sae_dir))     # the model and the SAE the numbers come from
+sae_key = (picked.key, sae_dir, V.weights_stamp(sae_dir))     # the model and SAE behind the numbers
 stats = V.statistics(model, sae, (sae_key, site, n_samples, k), site, n_samples, k)
 
 st.subheader("Features")

@@ -8,7 +8,7 @@ st.set_page_config(page_title="interplab", page_icon=":microscope:", layout="wid
 
 from interplab.app import state  # noqa: E402
 from interplab.app.navigation import app_pages, page_path  # noqa: E402
-from interplab.app.widgets import model_picker  # noqa: E402
+from interplab.app.widgets import page_model  # noqa: E402
 
 
 def home() -> None:
@@ -27,10 +27,11 @@ def home() -> None:
     for page in app_pages():
         st.markdown(f"**{page.title}.** {page.summary}")
 
-    name, backend = model_picker("model")
+    picked = page_model("home")          # on the sidebar's device and dtype, as every page loads it
+    name, backend = picked.name, picked.backend
 
     st.header("Current model")
-    model, err = state.try_get_model(name, backend=backend)
+    model, err = picked.try_load()
     if model is None:
         st.warning(f"**Model `{name}` is not available.** {err}")
         st.markdown(state.model_help(name))

@@ -14,7 +14,7 @@ import streamlit as st
 
 from interplab.core.errors import InterplabError
 
-__all__ = ["data_box", "run_with_data", "experiment_of"]
+__all__ = ["data_box", "run_with_data", "experiment_of", "your_data"]
 
 
 def experiment_of(method: str) -> str:
@@ -79,3 +79,9 @@ def run_with_data(method: str, path: str, key: str, overrides: Mapping[str, obje
         return None
     st.success(f"Run saved to `{out}` (its config.json records data = `{path}`).")
     return out
+
+
+def your_data(method: str, key: str, overrides: Mapping[str, object]) -> Path | None:
+    """A method page's "Your data" section: the file box (`data_box`) and its run button (`run_with_data`)."""
+    with st.expander("Your data (CSV / JSONL / Parquet file)"):
+        return run_with_data(method, data_box(method, key=key), key=key, overrides=overrides)

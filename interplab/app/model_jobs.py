@@ -18,6 +18,7 @@ from pathlib import Path
 import streamlit as st
 
 from interplab.app.jobs_view import job_panel
+from interplab.core.errors import InputError
 
 __all__ = ["MODEL_FIELDS", "is_organism", "run_model_name", "runs_of", "model_settings", "known_facts_setting",
            "loaded_model_job", "SIZES"]
@@ -224,23 +225,28 @@ SIZES = {"truth-scores": _truth_scores_size, "truth-gating-sweep": _gating_size,
          "hyperfit-geometry": _hyperfit_geometry_size}
 
 
-def loaded_model_job(experiment: str, result: str, key: str, *, picked, model, settings: dict, label: str,
-                     saved_label: str = "Saved run", saved_key: str | None = None, hint: str = ""):
+def loaded_model_job(experiment: str, result: str, key: str, *, picked, model, settings: dict | None,
+                     label: str, saved_label: str = "Saved run", saved_key: str | None = None, hint: str = "",
+                     launch: bool = True):
     """The page's headline experiment on the loaded model: its settings as `interplab run` takes them, the job
     panel (size, estimate, launch, progress, cancel), and its `result` when the job has landed; else a saved run to
     open, each labelled with its model, with a notice when it is another model's. Returns (result, run model,
-    LoadedRun) or (None, None, None). saved_key: the saved-run picker's widget key (default `<key>_saved`)."""
+    LoadedRun) or (None, None, None). saved_key: the saved-run picker's widget key (default `<key>_saved`).
+    launch=False: the saved runs only (a model the experiment's data does not fit, e.g. an organism on English)."""
     from interplab.app.widgets import saved_result, validity_panel
 
-    sets = " ".join(f"--set {k}={v}" for k, v in settings.items() if k not in ("backend", "device", "dtype")
-                    or v not in ("bridge", "cpu", "float32"))
-    st.caption(f"On the loaded model: `interplab run {experiment} {sets}`")
     run = None
-    if model is None:        # nothing to size or run it on: the sidebar says why the model did not load
-        st.caption(f"Load `{picked.name}` in the sidebar to run this on it.")
-    else:
-        run = job_panel(experiment, settings, key, model=model, model_key=picked.key, label=label,
-                        size_fn=SIZES.get(experiment))
+    if launch:
+        if settings is None:
+            raise InputError(f"loaded_model_job({experiment!r}): settings are needed to launch it")
+        sets = " ".join(f"--set {k}={v}" for k, v in settings.items()
+                        if k not in ("backend", "device", "dtype") or v not in ("bridge", "cpu", "float32"))
+        st.caption(f"On the loaded model: `interplab run {experiment} {sets}`")
+        if model is None:    # nothing to size or run it on: the sidebar says why the model did not load
+            st.caption(f"Load `{picked.name}` in the sidebar to run this on it.")
+        else:
+            run = job_panel(experiment, settings, key, model=model, model_key=picked.key, label=label,
+                            size_fn=SIZES.get(experiment))
     if run is not None and result in run.result_names:
         validity_panel(run.validity(), key=f"{key}__validity")
         return run.result(result), run_model_name(run.config), run

@@ -185,6 +185,12 @@ class PageModel:
     def try_load(self):
         return state.try_get_model(self.name, backend=self.backend, device=self.device, dtype=self.dtype)
 
+    def like(self, name: str) -> PageModel:
+        """A page's second model (a hyperfitted target, a PR reference, a validation organism), loaded as this
+        one is: the sidebar's backend, device and dtype; its own `key`."""
+        return PageModel(name, self.backend, self.device, self.dtype,
+                         (state.normalize_name(name), self.backend, self.device, self.dtype), False, self.picker)
+
 
 def page_model(prefix: str, *, picker: str = "model", page: str | None = None, suggested: str | None = None,
                fits=None) -> PageModel:

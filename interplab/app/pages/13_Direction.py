@@ -9,6 +9,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Direction", page_icon=":microscope:", layout="wide")
 
+from interplab.app.compute import cached_compute  # noqa: E402
 from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.figures.lenses import direction_histogram, logit_effects_figure  # noqa: E402
@@ -26,30 +27,28 @@ if is_new:
     st.session_state.pop("dir_result", None)
 
 
-
-@st.cache_data(show_spinner="Collecting the directions computed for this model...", max_entries=8)
-def _registry(_model, key, site: str, extra_key):  # noqa: ARG001 - key / extra_key: cache keys
+@cached_compute("Collecting the directions computed for this model...")
+def _registry(model, at, *, site: str):
     extra = {}
-    at = st.session_state.get("at_result")   # an atlas built on the Atlas page in this session
-    if at is not None and at.model == _model.name and at.site == site:
+    if at is not None and at.model == model.name and at.site == site:   # the Atlas page's atlas
         extra = {f"{k}[{j}] (this session's atlas)": b[:, j] for k, b in at.directions.items() if k != "sae"
                  for j in range(b.shape[1])}
     # words' unembeddings (the default facts' countries and capitals): a real vocabulary's first ids are special and
     # byte tokens with near-identical unembeddings, which made every neighbour the same cosine
-    return collect_directions(_model, site, unembedding=fact_token_ids(_model) or 64, extra=extra)
+    return collect_directions(model, site, unembedding=fact_token_ids(model) or 64, extra=extra)
 
 
-@st.cache_data(show_spinner="Reading the model's default direction...", max_entries=8)
-def _defaults(_model, key):  # noqa: ARG001 - key: cache key
-    return default_direction(_model)
+@cached_compute("Reading the model's default direction...")
+def _defaults(model):
+    return default_direction(model)
 
 
-@st.cache_data(show_spinner="Fitting the Truth-Score probe of that head...", max_entries=16)
-def _truth_direction(_model, key, layer: int, head: int):  # noqa: ARG001 - key: cache key
+@cached_compute("Fitting the Truth-Score probe of that head...", max_entries=16)
+def _truth_direction(model, *, layer: int, head: int):
     from interplab.probes.lenses.atlas_inputs import truth_items
     from interplab.probes.truth import truth_probe_directions
 
-    res = truth_probe_directions(_model, truth_items(_model), [(layer, head)])
+    res = truth_probe_directions(model, truth_items(model), [(layer, head)])
     return res.directions[0], float(res.accuracy[0])
 
 
@@ -58,8 +57,8 @@ with c1:
     site = st.selectbox("Site", [f"resid_post.{i}" for i in range(model.n_layers)], index=model.n_layers - 1,
                         key="dir_site")
 at = st.session_state.get("at_result")
-registry = _registry(model, model_key, site, (id(at), getattr(at, "site", "")))
-defaults = _defaults(model, model_key)
+registry = _registry(model, at, key=(model_key, id(at), getattr(at, "site", "")), site=site)
+defaults = _defaults(model, key=model_key)
 collected = [n for n, src in zip(registry.names, registry.sources) if src != "unembedding"]
 with c2:
     sources = ["unembedding of a token", "a collected direction", "Truth-Score probe of a head", "upload .npy"]
@@ -79,7 +78,7 @@ with c3:
                                       help="a head writes into the stream read at resid_post of its layer and later"))
         t_head = int(h2.number_input("Head", 0, model.n_heads - 1, 0, key="dir_truth_head"))
         try:
-            vec, t_acc = _truth_direction(model, model_key, t_layer, t_head)
+            vec, t_acc = _truth_direction(model, key=model_key, layer=t_layer, head=t_head)
             vec_name = None
             st.caption(f"probe weight w on L{t_layer}H{t_head}'s z, written through its W_O (w @ W_O); held-out "
                        f"accuracy (its Truth Score) {t_acc:.3f}")

@@ -7,9 +7,8 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Atlas", page_icon=":microscope:", layout="wide")
 
-from interplab.app import state  # noqa: E402
-from interplab.app.widgets import (page_model, require_model, show_figure,  # noqa: E402
-                                   validity_panel)
+from interplab.app.compute import cached_compute  # noqa: E402
+from interplab.app.widgets import page_model, show_figure, validity_panel  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.methods import methods  # noqa: E402
 from interplab.figures.atlas import (atlas_agreement_figure, atlas_head_map, atlas_layer_figure,  # noqa: E402
@@ -25,7 +24,7 @@ st.caption("Where do the methods agree? Truth Scores, activation patching and di
            "model say why.")
 
 picked = page_model("at")
-name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
+name = picked.name
 VALIDATION = {m.name: f"validation: {m.validation_label}" for m in methods() if m.validation_organism}
 target = st.radio("Atlas of", ["model", *VALIDATION], horizontal=True, key="at_target",
                   format_func=lambda k: f"the sidebar model ({name})" if k == "model" else VALIDATION[k],
@@ -33,23 +32,22 @@ target = st.radio("Atlas of", ["model", *VALIDATION], horizontal=True, key="at_t
                        "the atlas should point at them.")
 
 
-@st.cache_resource(show_spinner="Building the validation organism...")
-def _organism(kind: str) -> str:
+@cached_compute("Building the validation organism...", max_entries=8, resource=True)
+def _organism(*, kind: str) -> str:
     from interplab.zoo.validation import validation_organism
 
     return str(validation_organism(kind))
 
 
-@st.cache_data(max_entries=8, show_spinner="Running every method...")
-def _atlas(key: tuple, cfg: AtlasConfig, ref_key: tuple | None, _model=None, _ref=None):
+@cached_compute("Running every method...")
+def _atlas(model, ref, *, cfg: AtlasConfig):
     """The atlas of one (model, settings, reference): computed once per combination, not on every click."""
-    return atlas(_model, cfg, reference=_ref)
+    return atlas(model, cfg, reference=ref)
 
 
-model_name = name if target == "model" else _organism(target)
-# a validation organism is a second model, loaded like the PR reference below
-model = picked.load() if target == "model" else require_model(model_name, backend, device, dtype)
-model_key = (state.normalize_name(model_name), backend, device, dtype)
+# a validation organism is a second model, loaded as the sidebar's is (like the PR reference below)
+on = picked if target == "model" else picked.like(_organism(kind=target))
+model, model_key = on.load(), on.key
 if st.session_state.get("at_model_key") != model_key:
     st.session_state["at_model_key"] = model_key
     st.session_state.pop("at_result", None)
@@ -78,11 +76,11 @@ if st.button("Build atlas", key="at_run", type="primary"):
     try:
         ref, ref_key = None, None
         if reference.strip():
-            ref = require_model(reference.strip(), backend, device, dtype)
-            ref_key = (state.normalize_name(reference.strip()), backend, device, dtype)
+            ref_model = picked.like(reference.strip())
+            ref, ref_key = ref_model.load(), ref_model.key
         cfg = AtlasConfig(n_truth_items=int(n_items), truth_solver=solver, concept=concept, directions=directions,
                           direction_layer=None if layer_opt == "auto" else int(layer_opt))
-        st.session_state["at_result"] = _atlas(model_key, cfg, ref_key, _model=model, _ref=ref)
+        st.session_state["at_result"] = _atlas(model, ref, key=(model_key, ref_key), cfg=cfg)
     except InterplabError as exc:
         st.error(f"Cannot build the atlas: {exc}")
 if "at_result" not in st.session_state:

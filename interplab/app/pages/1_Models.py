@@ -6,7 +6,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Models", page_icon=":microscope:", layout="wide")
 
-from interplab.app import state  # noqa: E402
+from interplab.app.compute import cached_compute  # noqa: E402
 from interplab.app.runs_view import show_reopened_run  # noqa: E402
 from interplab.app.widgets import page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
@@ -24,21 +24,19 @@ st.caption("Pick a zoo organism or a local checkpoint in the sidebar; run a prom
 
 show_reopened_run(("next-token",))    # a saved next-token run reopened from the Runs page
 picked = page_model("models")
-name, backend, device, dtype = picked.name, picked.backend, picked.device, picked.dtype
 model = picked.load()
 
 
-@st.cache_data(max_entries=32, show_spinner="Running the prompt...")
-def _report(key: tuple, prompt: str, layer: int, top_k: int, system: str = "", chat=None, _model=None):
-    # `key` = (normalized name, backend, device, dtype) identifies the model; `_model` is not hashed.
-    return next_token_report(_model, prompt, layer=layer, top_k=top_k, system=system, chat=chat)
+@cached_compute("Running the prompt...", max_entries=32)
+def _report(model, *, prompt: str, layer: int, top_k: int, system: str = "", chat=None):
+    return next_token_report(model, prompt, layer=layer, top_k=top_k, system=system, chat=chat)
 
 
-@st.cache_data(max_entries=32, show_spinner="Running the prompt under the edit...")
-def _report_edited(key: tuple, prompt: str, top_k: int, edit_key: tuple, system: str = "", chat=None, _model=None,
-                   _edits=()):
-    # `edit_key` (the edit's full description) identifies the edits; the Edit objects themselves are not hashed
-    return next_token_report(_model, prompt, layer=0, top_k=top_k, edits=_edits, system=system, chat=chat)
+@cached_compute("Running the prompt under the edit...", max_entries=32)
+def _report_edited(model, edits, *, prompt: str, top_k: int, system: str = "", chat=None):
+    # the key names the edits by their full description; the Edit objects themselves are not hashed
+    return next_token_report(model, prompt, layer=0, top_k=top_k, edits=edits, system=system,
+                             chat=chat)
 
 
 summary = model_summary(model)
@@ -102,8 +100,8 @@ try:
     unknown = model.unknown_tokens(prompt_input(model, prompt, system, chat), chat=chat)
     if unknown:
         st.warning(unknown_token_message(model.name, unknown))
-    res = _report((state.normalize_name(name), backend, device, dtype), prompt, int(layer), int(top_k),
-                  system, chat, _model=model)
+    res = _report(model, key=picked.key, prompt=prompt, layer=int(layer), top_k=int(top_k),
+                  system=system, chat=chat)
 except InterplabError as exc:
     st.error(f"Cannot run this prompt: {exc}")
     st.stop()
@@ -152,8 +150,8 @@ try:
         edits = [Ablate(f"attn_z.{int(edit_layer)}", heads=heads)]
         edit_label = f"zero heads {heads} at attn_z.{int(edit_layer)}"
     if edits:
-        edited = _report_edited((state.normalize_name(name), backend, device, dtype), prompt, int(top_k),
-                                (edit_label,), system, chat, _model=model, _edits=edits)
+        edited = _report_edited(model, edits, key=(picked.key, edit_label), prompt=prompt,
+                                top_k=int(top_k), system=system, chat=chat)
 except (InterplabError, ValueError) as exc:
     st.error(f"Cannot apply this edit: {exc}")
     st.stop()

@@ -3,27 +3,21 @@
 Sources: the authors' released maps (no model needed), or a model scored live on CtxMem verification prompts.
 Views: L x H heatmap (raw / per-layer normalised / gates) with hover, lineage matrix + bars + per-layer curves +
 pair scatter with the within-layer null, score-vs-evidence scatter, gating sweep (saved runs or a quick live sweep)
-and a "try it" box generating with and without gating side by side. A thin view over interplab.probes."""
+and a "try it" box generating with and without gating side by side. A thin view over interplab.probes;
+the sections live in interplab.app.views.truth_scores."""
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 st.set_page_config(page_title="interplab · Truth Scores", page_icon=":microscope:", layout="wide")
 
-from interplab.app.model_jobs import (is_organism, known_facts_setting, loaded_model_job,  # noqa: E402
-                                     model_settings)
-from interplab.app.widgets import page_model, saved_result, show_figure  # noqa: E402
-from interplab.core.errors import ConfigError, InterplabError  # noqa: E402
-from interplab.figures import truth_scores as F  # noqa: E402
-from interplab.interventions.head_gate import (GATE_REBASES, GATE_SITES, HeadGate, gate_summary,  # noqa: E402
-                                               truth_gates)
-from interplab.probes.truth import (RELEASED_PAIRS, correlation_matrix, evidence_summary,  # noqa: E402
-                                    gating_sweep, lineage_correlation, load_released_maps, per_layer_correlation)
+from interplab.app.data_box import your_data  # noqa: E402
+from interplab.app.model_jobs import is_organism  # noqa: E402
+from interplab.app.runs_view import show_reopened_run  # noqa: E402
+from interplab.app.views import truth_scores as V  # noqa: E402
+from interplab.app.widgets import page_model  # noqa: E402
 
 st.title("Truth Scores · lineage inheritance · TruthProbe gating")
-from interplab.app.runs_view import show_reopened_run  # noqa: E402
-
 show_reopened_run(("truth-",))        # a saved run reopened from the Runs page (its results and figures)
 st.caption("S(l,h) = 5-fold cross-validated accuracy of a logistic probe on head (l,h)'s output z (before W_O) at "
            "the last prompt token, separating context-supported (gold) from hallucinated answers. It measures "
@@ -31,246 +25,37 @@ st.caption("S(l,h) = 5-fold cross-validated accuracy of a logistic probe on head
            "position, prefill and decode.")
 
 picked = page_model("ts", picker="ts_model")   # loaded only when a section needs it
-name, backend = picked.name, picked.backend
 organism = is_organism(picked)            # CtxMem is the organisms' language; any other model reads world facts
+your_data("truth", key="ts_data",
+          overrides={"model": picked.name, "backend": picked.backend, "figure_formats": ""})
 
-with st.expander("Your data (CSV / JSONL / Parquet file)"):
-    from interplab.app.data_box import data_box, run_with_data  # noqa: E402
-
-    run_with_data("truth", data_box("truth", key="ts_data"), key="ts_data",
-                  overrides={"model": name, "backend": backend, "figure_formats": ""})
-
-
-@st.cache_data(max_entries=2, show_spinner="Loading the released maps...")
-def _released():
-    try:
-        return load_released_maps()
-    except InterplabError:  # not shipped with this checkout: the page offers live scoring only
-        return {}
-
-
-@st.cache_data(max_entries=8, show_spinner="Scoring the model (capture + batched probes)...")
-def _score(model_name: str, backend: str, n: int, seed: int, fmt: str, epochs: int, solver: str = "lbfgs"):
-    from interplab.app.state import get_model
-    from interplab.probes.truth import ProbeRecipe, score_organism
-
-    res = score_organism(get_model(model_name, backend=backend), name=model_name, recipe=ProbeRecipe(epochs=epochs, solver=solver),
-                         n_samples=n, data_seed=seed, fmt=fmt)
-    res.scores.model = model_name
-    return res.scores, res.evidence_mass
-
-
-released = _released()
+released = V.released_maps()
 scored: dict = st.session_state.setdefault("ts_scored", {})
 
-# ------------------------------------------------------------------------------------------------ sources
 st.header("1 · Score map")
-src_opts = (["Released maps (authors)"] if released else []) + ["Score a model (CtxMem)"]
-source = st.radio("Source", src_opts, horizontal=True, key="ts_source")
-current = None
-if source == "Score a model (CtxMem)":
-    c1, c2, c3, c4, c5 = st.columns(5)
-    n = c1.number_input("prompts", 20, 2000, 292, step=10, key="ts_n")
-    seed = c2.number_input("data seed", 0, 10_000, 0, key="ts_seed")
-    fmt = c3.selectbox("format", ["raw", "chat"], key="ts_fmt")
-    solver = c4.selectbox("solver", ["lbfgs", "adamw"], key="ts_solver",
-                          help="lbfgs: fast, the scikit-learn LogisticRegression(C=1) optimum (interactive default); "
-                               "adamw: the authors' recipe (200 AdamW epochs), the faithful mode experiments use")
-    epochs = c5.number_input("epochs (adamw)", 5, 500, 200, step=5, key="ts_epochs")
-    if not organism:
-        # CtxMem items are organism text (`ctx e25 v3 ...`); a BPE tokenizer spells them in pieces, so a map scored
-        # on them would say nothing about a real model
-        st.info(f"`{name}` is scored on counterfactual world facts, not on CtxMem (the organisms' toy language): "
-                "section 7 launches that on it as a job, and its map then shows here; or score your own "
-                "verification file (columns text, label) in *Your data* above.")
-    elif st.button("Compute Truth Scores", key="ts_go", type="primary"):
-        picked.load()
-        try:
-            ts, em = _score(name, backend, int(n), int(seed), fmt, int(epochs), solver)
-            scored[name] = (ts, em)
-        except InterplabError as e:
-            st.error(str(e))
-    if scored:
-        pick = st.selectbox("Scored model", list(scored), index=len(scored) - 1, key="ts_pick")
-        current, em_cur = scored[pick]
-        st.caption(f"{current.n_samples} prompts ({current.n_positive} gold), solver "
-                   f"{current.provenance.get('solver', 'adamw')}, top heads: "
-                   + ", ".join(f"L{l}H{h} {s:.2f}" for l, h, s in current.top_heads(3)))
-    else:
-        st.info("Pick a model in the sidebar (a toy organism or a local checkpoint) and press *Compute*.")
-else:
-    pick = st.selectbox("Released map", list(released), index=list(released).index("vicuna")
-                        if "vicuna" in released else 0, key="ts_released_pick")
-    current, em_cur = released[pick], None
-
+current, em_cur, source = V.score_source(picked, organism, released, scored)
 if current is not None:
-    c1, c2, c3, c4 = st.columns(4)
-    view = c1.radio("View", ["raw", "normalized", "gates"], horizontal=True, key="ts_view")
-    mode = c2.selectbox("Gate mode", ["normalize", "contrast", "legacy_amplify", "raw", "inverse_baseline"],
-                        key="ts_mode")
-    alpha = c3.number_input("α", 0.0, 20.0, 1.0, step=0.1, key="ts_alpha")
-    rebase = c4.selectbox("Rebase", list(GATE_REBASES), key="ts_rebase",
-                          help="layer_mean divides each layer's gates by their mean (deep and real models; "
-                               "docs/real_models.md)")
-    try:
-        g = truth_gates(current, mode, alpha, rebase=rebase)
-    except ConfigError as e:  # e.g. a layer whose gates average to 0 cannot be rebased
-        st.error(f"{e} Showing the gates without rebasing.")
-        g, rebase = truth_gates(current, mode, alpha), "none"
-    show_figure(F.score_heatmap(current, view=view, mode=mode, alpha=alpha, rebase=rebase), key="ts_heatmap")
-    s = gate_summary(g)
-    if s["n_negative"]:
-        st.warning(f"{s['n_negative']} negative gates (min {s['gate_min']:.3f}): they flip those heads' sign "
-                   "(faithful to the repo's contrast mode; not clipped).")
-    with st.expander("Gate preview and probe diagnostics"):
-        show_figure(F.gate_preview(g), key="ts_gates")
-        if current.fold_accuracy.shape[0] > 1:
-            show_figure(F.probe_diagnostics(current), key="ts_diag")
-        st.dataframe(current.to_frame().sort_values("rank").head(20).round(4), hide_index=True, key="ts_table")
+    V.score_map_view(current)
 
-# ------------------------------------------------------------------------------------------------ lineage
 st.header("2 · Lineage")
-maps = {**released, **{f"model:{k}": v[0] for k, v in scored.items()}}
-if len(maps) >= 2:
-    stat = st.radio("Statistic", ["pearson", "spearman", "pearson_centered", "topk_jaccard"], horizontal=True,
-                    key="ts_stat")
-    mat = correlation_matrix(maps, stat)
-    c1, c2 = st.columns(2)
-    with c1:
-        show_figure(F.lineage_matrix(mat, statistic=stat), key="ts_matrix")
-    with c2:
-        ref = st.selectbox("Reference", list(maps), key="ts_ref")
-        clip = st.checkbox("Clip negatives at 0 (repo display option)", key="ts_clip")
-        show_figure(F.lineage_bars(mat.dropna(how="all"), ref, clip_negative=clip), key="ts_bars")
-    same_shape = [(a, b) for a, b in RELEASED_PAIRS if a in maps and b in maps]
-    same_shape += [(a, b) for i, a in enumerate(maps) for b in list(maps)[i + 1:]
-                   if a.startswith("model:") and maps[a].scores.shape == maps[b].scores.shape]
-    if same_shape:
-        show_figure(F.per_layer_curves({f"{a}↔{b}": per_layer_correlation(maps[a], maps[b])
-                                        for a, b in same_shape}), key="ts_perlayer")
-        pair = st.selectbox("Pair", same_shape, format_func=lambda p: f"{p[0]} ↔ {p[1]}", key="ts_pair")
-        st_ = lineage_correlation(maps[pair[0]], maps[pair[1]], n_permutations=500, return_null=True)
-        c1, c2 = st.columns(2)
-        with c1:
-            show_figure(F.pair_scatter(maps[pair[0]], maps[pair[1]], name_a=pair[0], name_b=pair[1], stats=st_),
-                        key="ts_scatter")
-        with c2:
-            show_figure(F.null_histogram(st_["null"], st_["pearson"], st_["perm_p"]), key="ts_null")
-        st.dataframe(pd.DataFrame([{k: v for k, v in st_.items() if k != "null"}]).round(4), hide_index=True,
-                     key="ts_pairstats")
-else:
-    st.info("Lineage views need at least two maps (the released maps, or score two models).")
+V.lineage({**released, **{f"model:{k}": v[0] for k, v in scored.items()}})
 
-# ------------------------------------------------------------------------------------------------ evidence
 st.header("3 · Evidence attention")
-if current is not None and em_cur is not None:
-    groups, rho = evidence_summary(current, em_cur)
-    c1, c2 = st.columns(2)
-    with c1:
-        show_figure(F.evidence_scatter(current, em_cur, rho=rho), key="ts_evidence")
-    with c2:
-        show_figure(F.evidence_group_bars(groups), key="ts_evgroups")
-else:
-    st.info("Evidence attention (mass from the scored token onto e_q and v_ctx in the context) needs a model "
-            "scored on CtxMem above.")
+V.evidence(current, em_cur)
 
-# ------------------------------------------------------------------------------------------------ gating sweep
 st.header("4 · Gating sweep")
-# the loaded model gated by its own map (the real-model protocol on world facts; an organism: CtxMem, toy-chat with
-# toy-base's map as in the paper), as a job; or a saved sweep, labelled with the model it gated
-gate_on = {} if name == "zoo:toy-chat" else {"score_source": "self"} if organism else known_facts_setting(name)
-saved, _, _ = loaded_model_job("truth-gating-sweep", "sweep" if organism else "facts_gating", "ts_sweep",
-                               picked=picked, model=picked.load(stop=False), label="Run the gating sweep",
-                               saved_key="ts_sweep_run",
-                               settings=model_settings("truth-gating-sweep", picked, "target", **gate_on))
-if saved is not None and hasattr(saved, "table"):
-    show_figure(F.gating_sweep(saved.table), key="ts_sweep")
-    st.dataframe(saved.table.round(4), hide_index=True, key="ts_sweep_table")
-elif saved is not None:        # world facts: the gate chosen on tune facts, read on eval facts and shuffled maps
-    st.caption(f"{saved.score_source} map gating {saved.model}: {saved.mode} α {saved.alpha:g} chosen on the tune "
-               f"facts; p = {saved.p:.3f} against {len(saved.null)} within-layer shuffled maps.")
-    st.dataframe(saved.eval.round(4), hide_index=True, key="ts_sweep_eval")
-    st.dataframe(saved.tune.round(4), hide_index=True, key="ts_sweep_tune")
-if current is not None and source == "Score a model (CtxMem)" and organism:   # CtxMem prompts: organisms only
-    with st.expander("Quick live sweep on this model (its own scores)"):
-        n_eval = st.number_input("counterfactual prompts", 8, 512, 64, step=8, key="ts_sweep_n")
-        if st.button("Run quick sweep", key="ts_sweep_go"):
-            from interplab.probes.truth import ctxmem_counterfactual_set
+V.gating_section(picked, organism, current, source)
 
-            m = picked.load()
-            evals = ctxmem_counterfactual_set(int(n_eval), fmt=st.session_state.get("ts_fmt", "raw"))
-            bar = st.progress(0.0)
-            df = gating_sweep(m, evals, current, alphas=(0.0, 0.5, 2.0, 6.0), score_source="self",
-                              progress=lambda d, t: bar.progress(d / t))
-            show_figure(F.gating_sweep(df), key="ts_live_sweep")
-
-# ------------------------------------------------------------------------------------------------ try it
 st.header("5 · Try it: generate with and without gating")
-# Gates are per (layer, head) of the model that generates: only maps of that shape are offered, and the page says
-# which maps were left out and why (a 32 x 32 released map cannot gate a 4-layer, 4-head organism).
-try_model = picked.load(stop=False)
-all_maps = {**{f"released:{k}": v for k, v in released.items()}, **{f"model:{k}": v[0] for k, v in scored.items()}}
-if try_model is None:
-    st.info("Load a model in the sidebar to generate with gating.")
-else:
-    want = (try_model.n_layers, try_model.n_heads)
-    fits = {k: v for k, v in all_maps.items() if tuple(v.scores.shape) == want}
-    left_out = sorted({f"{tuple(v.scores.shape)[0]}×{tuple(v.scores.shape)[1]}" for k, v in all_maps.items()
-                       if k not in fits})
-    if left_out:
-        st.caption(f"`{name}` has {want[0]} layers × {want[1]} heads, so only {want[0]}×{want[1]} score maps can gate "
-                   f"it; maps of shape {', '.join(left_out)} are not offered.")
-    if not fits:
-        st.info(f"No score map fits `{name}` yet: choose *Score a model (CtxMem)* in section 1 and press *Compute "
-                "Truth Scores* to score it, then come back here.")
-    else:
-        t_map = st.selectbox("Score map", list(fits), index=len(fits) - 1, key="ts_try_map")
-        default_prompt = "ctx e1 v5 e7 v2 e3 v9 q e7 ans"
-        prompt = st.text_area("Prompt", default_prompt, key="ts_prompt")
-        c1, c2, c3, c4, c5 = st.columns(5)
-        t_mode = c1.selectbox("mode", ["contrast", "normalize"], key="ts_try_mode")
-        t_alpha = c2.number_input("α", 0.0, 20.0, 2.0, step=0.1, key="ts_try_alpha")
-        t_site = c3.selectbox("site", list(GATE_SITES), key="ts_try_site")
-        t_new = c4.number_input("new tokens", 1, 64, 4, key="ts_try_new")
-        t_rebase = c5.selectbox("rebase", list(GATE_REBASES), key="ts_try_rebase")
-        if st.button("Generate", key="ts_try_go"):
-            try:
-                g = truth_gates(fits[t_map], t_mode, t_alpha, n_layers=want[0], n_heads=want[1], rebase=t_rebase)
-                import warnings
+V.try_gating(picked, {**{f"released:{k}": v for k, v in released.items()},
+                      **{f"model:{k}": v[0] for k, v in scored.items()}})
 
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    gate = HeadGate(g, site=t_site)
-                plain = try_model.generate(prompt, max_new_tokens=int(t_new))
-                gated = try_model.generate(prompt, max_new_tokens=int(t_new), edits=[gate])
-                a, b = st.columns(2)
-                a.markdown("**Without gating**")
-                a.code(plain.text[0] or "(empty)")
-                b.markdown(f"**With gating** ({t_map}, {t_mode}, α={t_alpha:g}, site {t_site})")
-                b.code(gated.text[0] or "(empty)")
-                st.caption(f"gates min {g.min():.3f}, max {g.max():.3f}; site {t_site}")
-            except InterplabError as e:
-                st.error(f"{e}")
-
-# ------------------------------------------------------------------------------------------------ validation
 st.header("6 · Validation: planted evidence heads")
 st.caption("An organism built by construction (zoo.validation.truth_scores) whose designated heads, and only those, "
            "carry the verdict. `interplab run validate-truth-scores` runs the unchanged method on it and scores "
            "recovery against the planted heads, with shuffled-label and other-heads negative controls.")
+V.validation()
 
-val = saved_result("validate-truth-scores", "validation", "ts_val_run", label="Saved validation run")
-if val is not None:
-    st.dataframe(val.recovery_table().round(4), hide_index=True, key="ts_val_table")
-    (st.success if val.passed() else st.error)("every target met on every seed" if val.passed()
-                                               else "some target missed: see the table")
-    c1, c2 = st.columns(2)
-    with c1:
-        show_figure(F.planted_recovery_bars(val.base, val.planted_heads, title="Planted organism"), key="ts_val_base")
-    with c2:
-        show_figure(F.planted_recovery_bars(val.shuffled, val.planted_heads, title="Control: shuffled labels"),
-                    key="ts_val_shuffled")
-
-# ------------------------------------------------------------------------------------------------ real model
 st.header("7 · On a real model: counterfactual world facts")
 st.caption("Known public facts (capitals, currencies, languages, ...) with a context that states another object of "
            "the relation and a true same-relation sentence about another subject, answered with the context's "
@@ -278,83 +63,12 @@ st.caption("Known public facts (capitals, currencies, languages, ...) with a con
            "model's chat format; folds keep a fact's texts together. Each head is tested against "
            "label-permutation null maps; maxT controls the family-wise error over all heads, BH the false "
            "discovery rate (docs/truth_scores.md, *On a real model*).")
-if organism:            # world facts are English: an organism only opens saved runs, each labelled with its model
-    facts = saved_result("truth-scores", "facts_map", "ts_facts_run", label="Saved world-facts run", loaded=name)
-else:
-    facts, facts_model, _ = loaded_model_job(
-        "truth-scores", "facts_map", "ts_facts", picked=picked, model=picked.load(stop=False),
-        settings=model_settings("truth-scores", picked, **({"data": "world-facts"} | known_facts_setting(name))),
-        label="Compute the world-facts map", saved_label="Saved world-facts run", saved_key="ts_facts_run")
-if facts is not None and not organism and facts_model == name and name not in scored:
-    scored[name] = (facts.scores, None)      # the loaded model's map feeds sections 1-5
-    st.rerun()
-if facts is not None:
-    summ, top = facts.summary(), facts.top_head()
-    c1, c2, c3, c4 = st.columns(4)
-    c1.metric("facts / texts", f"{summ['n_facts']} / {summ['n_texts']}")
-    c2.metric("significant heads (maxT)", f"{summ['n_sig_maxt']} / {summ['n_heads']}")
-    c3.metric("significant heads (BH)", summ["n_sig_bh"])
-    c4.metric(f"top head L{top['layer']}H{top['head']}", f"{top['S']:.3f}",
-              help=f"95% interval {top['lo']:.3f}-{top['hi']:.3f} over {top['n']} "
-                   + ("facts (bootstrap, the fact is the unit)" if top.get("unit") == "fact" else
-                      "held-out texts (Wilson; this run predates fact-level intervals)"))
-    if facts.has_balanced():   # runs since issue 46: the balanced metric beside S
-        eff, best = summ["effects"], summ["best_held_out"]
-        c1, c2, c3, c4 = st.columns(4)
-        c1.metric("S's chance level (majority rate)", f"{summ['majority_rate']:.3f}",
-                  help="S is accuracy at the data's class ratio: always answering 'wrong' scores this")
-        c2.metric("mean AUROC (chance 0.5)", f"{summ['mean_auroc']:.3f}")
-        c3.metric("significant on AUROC (maxT)", f"{summ['n_sig_maxt_auroc']} / {summ['n_heads']}",
-                  help=f"{eff['auroc']['n_sig_auroc_lo_margin']} of them with a fact-bootstrap lower bound "
-                       f"≥ {0.5 + eff['auroc']['auroc_margin']:.2f}; on S {eff['S']['n_sig']} significant, "
-                       f"{eff['S']['n_sig_S_margin']} ≥ majority + {eff['S']['S_margin']:.2f}")
-        c4.metric(f"best head, held out: L{best['layer']}H{best['head']}", f"{best['value']:.3f}",
-                  help=f"AUROC on {best['n_score']} facts it was not chosen on, 95% interval "
-                       f"{best['lo']:.3f}-{best['hi']:.3f}")
-    st.caption(f"{facts.model}: null maps {summ['n_null']} (their best head's S, median "
-               f"{summ['null_max_median']:.3f}; a head must beat {summ['null_max_threshold']:.3f}); fold-seed "
-               f"stability: r ≥ {summ['stability']['r_min']:.3f}.")
-    c1, c2 = st.columns(2)
-    with c1:
-        show_figure(F.score_heatmap(facts.scores, title=f"Truth Scores on world facts: {facts.model}"),
-                    key="ts_facts_heatmap")
-    with c2:
-        show_figure(F.significant_heads_per_layer(facts.per_layer()), key="ts_facts_layers")
-    c1, c2 = st.columns(2)
-    with c1:
-        show_figure(F.null_histogram(facts.null_maps.reshape(facts.n_null, -1).max(1), top["S"], top["p_maxt"],
-                                     statistic="max S over heads",
-                                     title="Label-permutation null: each null map's best head"), key="ts_facts_null")
-    with c2:
-        show_figure(F.evidence_scatter(facts.scores, facts.evidence_mass, rho=facts.rho_evidence()),
-                    key="ts_facts_evidence")
-    sig = facts.to_frame()
-    st.dataframe(sig[sig["sig_maxt"]].sort_values("score", ascending=False).round(4), hide_index=True,
-                 key="ts_facts_table")
+V.world_facts(picked, organism, scored)
 
-# ------------------------------------------------------------------------------------------------ world-facts gating
 st.header("8 · On a real model: TruthProbe gating on world facts")
 st.caption("The map (the model's own, or another model's with the same head grid: a base map gating its "
            "descendant) gates the model on held-out facts; the gate mode and α are chosen on tune facts, inside the "
            "paper's α ranges and only among settings whose tune replies pass the degeneracy checks. The verdicts "
            "and every check behind them come with the run. Run it with `interplab run truth-gating-sweep --set "
            "target=real:smollm2-135m-instruct` (docs/truth_scores.md, *On a real model*).")
-fg = saved_result("truth-gating-sweep", "facts_gating", "ts_fg_run", label="Saved world-facts gating run",
-                  hint=" --set target=real:smollm2-135m-instruct")
-if fg is not None:
-    summ = fg.summary()
-    c1, c2, c3 = st.columns(3)
-    c1.metric("map → gated model", f"{fg.score_source} → {fg.model}")
-    c2.metric("chosen on the tune split", f"{fg.mode} α {fg.alpha:g}" if fg.gated else "nothing eligible")
-    if fg.gated:
-        c3.metric("p against shuffled maps", f"{fg.p:.3f}", help=f"{summ['n_maps']} within-layer shuffles")
-        if fg.choice.get("within_noise"):
-            st.warning(f"On the tune split the chosen gate is within noise of no gate ({fg.choice['diff']:+.3f} "
-                       f"[{fg.choice['lo']:+.3f}, {fg.choice['hi']:+.3f}]): the choice is nominal.")
-    st.dataframe(fg.tune.round(4), hide_index=True, key="ts_fg_tune")
-    st.dataframe(fg.eval.round(4), hide_index=True, key="ts_fg_eval")
-    st.dataframe(fg.fluency.round(4), hide_index=True, key="ts_fg_fluency")
-    if fg.gated:
-        g = fg.eval[fg.eval["readout"] == "forced_choice"].set_index("condition")["rate"]
-        show_figure(F.null_histogram(fg.null, float(g["gated"]), fg.p, statistic="context rate (forced choice)",
-                                     title="Gated vs within-layer shuffled maps (eval split)"), key="ts_fg_null")
+V.facts_gating()

@@ -211,7 +211,8 @@ def gemma_quotes() -> list[str]:
     last = t[t["role"] == "last"].set_index("layer")["mean"]
     top = pd.read_csv(d / "tables" / "top_heads.csv")
     p = top[top["map"] == "patching"]
-    dla0 = top[top["map"] == "dla"].iloc[0]
+    dla = top[top["map"] == "dla"]
+    stab = pd.read_csv(d / "tables" / "agreement.csv").set_index("map").loc["dla"]
     ag = pd.read_csv(d / "tables" / "map_agreement.csv").set_index(["map_a", "map_b"])
     pt, pdl = ag.loc[("patching", "truth")], ag.loc[("patching", "dla")]
     return [f"(median rank {r.loc[12, 'median']:.1f}; {r.loc[11, 'median']:.0f} after layer 11)",
@@ -219,9 +220,12 @@ def gemma_quotes() -> list[str]:
             f"carried by L{p.iloc[0]['layer']}H{p.iloc[0]['head']} ({p.iloc[0]['mean']:.2f} [{p.iloc[0]['lo']:.2f}, "
             f"{p.iloc[0]['hi']:.2f}] alone), with L{p.iloc[1]['layer']}H{p.iloc[1]['head']} and "
             f"L{p.iloc[2]['layer']}H{p.iloc[2]['head']} next",
-            f"(+{dla0['mean']:.2f} for L{dla0['layer']}H{dla0['head']})",
-            f"(ρ {pdl['rho']:.2f} over its 72 heads; {pdl['rho_partial']:+.2f} within layers, "
-            f"Holm p {pdl['p_holm']:.2g})",
+            "(" + ", ".join(f"L{h['layer']}H{h['head']} {h['mean']:+.2f}" for _, h in dla.iloc[:3].iterrows())
+            .replace("-", "−") + ")",
+            f"(split-half overlap {stab['overlap_mean']:.2f})",
+            f"share {pdl['overlap'] * pdl['k']:.0f} of their top-10 heads (chance {pdl['chance_overlap'] * 10:.2f})",
+            f"their ρ is {pdl['rho']:+.2f} raw and {pdl['rho_partial']:+.2f} within layers "
+            f"(p {pdl['p_partial']:.2g}, Holm p {pdl['p_holm']:.2g})",
             f"(raw ρ {pt['rho']:.2f} with patching; {pt['rho_partial']:+.2f} within layers, "
             f"Holm p {pt['p_holm']:.2g}, on 72 heads)".replace("-", "−"),
             *held_out_quotes(d, "Gemma's L12H2 +{m:.2f}")]

@@ -113,3 +113,23 @@ def test_page_figures_show_no_bpe_pieces(bpe_model_dir, monkeypatch, tmp_path, p
     assert charts or page == "10_Patching.py"
     text = "\n".join(charts + [str(m.value) for m in at.markdown] + [str(c.value) for c in at.code])
     assert not [p for p in RAW if p in text], page
+
+
+def test_patching_default_positions_fit_the_model(bpe_model_dir, monkeypatch, tmp_path):
+    """On a model that is not an organism (a real model's chat pair has ~40 positions) the Patching page patches a
+    whole layer at once by default, so its default button is a minute, not a 30-minute job; organisms keep one
+    cell per position."""
+    pytest.importorskip("streamlit")
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    import interplab.app
+
+    page = str(Path(interplab.app.__file__).parent / "pages" / "10_Patching.py")
+    monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
+    for model, want in ((str(bpe_model_dir), "all"), ("zoo:toy-chat", "each")):
+        monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", model)
+        at = AppTest.from_file(page, default_timeout=240).run()
+        assert not at.exception, at.exception
+        assert at.selectbox(key="pt_positions").value == want, model

@@ -6,6 +6,7 @@ import streamlit as st
 
 st.set_page_config(page_title="interplab · Patching", page_icon=":microscope:", layout="wide")
 
+from interplab.app.model_jobs import is_organism  # noqa: E402
 from interplab.app.runs_view import show_reopened_run  # noqa: E402
 from interplab.app.widgets import job_panel, page_model, show_figure  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
@@ -66,8 +67,10 @@ show_reopened_run(("patching", "lenses-facts"))   # a saved run reopened from th
 
 if is_new:  # a new model: new default pair, with its answers (" Paris" / " Rome" on a real model)
     _pair = default_fact_pair(model)
+    # a real model's chat-templated pair has ~40 positions: one cell each is a ~30-minute job, a layer at
+    # once ~300 forwards (about a minute); the organisms' short prompts keep one cell per position
     st.session_state.update(pt_clean=_pair.clean, pt_corrupt=_pair.corrupt, pt_answer=_pair.answer,
-                            pt_wrong=_pair.wrong)
+                            pt_wrong=_pair.wrong, pt_positions="each" if is_organism(picked) else "all")
 
 c1, c2 = st.columns(2)
 with c1:

@@ -38,11 +38,13 @@ def is_organism(picked) -> bool:
 
 
 def run_model_name(config: dict) -> str | None:
-    """The model a run computed on: its config's `model`, `target` (gating) or `base` (hyperfitting)."""
+    """The model a run computed on: its config's `model`, `target` (gating) or `base` (hyperfitting), or the one
+    model of an atlas run (`models`)."""
     for f in MODEL_FIELDS:
         if config.get(f):
             return str(config[f])
-    return None
+    models = config.get("models")
+    return str(models[0]) if isinstance(models, list) and len(models) == 1 else None
 
 
 def runs_of(experiment: str, name: str) -> list[str]:
@@ -220,9 +222,22 @@ def _hyperfit_geometry_size(cfg, model):
                              f"teacher-forced, and {cfg.n_prompts} prompts × {cfg.new_tokens} generated tokens")
 
 
+def _atlas_size(cfg, model):
+    L, H = model.n_layers, model.n_heads
+    cells = L * H + L                           # per-head attn_z patching and per-layer resid patching
+    decode = cfg.n_decode_prompts * 6 if cfg.directions else 0
+    concepts = 2 * cfg.n_concept_pairs if cfg.directions else 0
+    return _rows_size(model, "forwards", cfg.n_truth_items + cells + concepts, prompt_tokens=40,
+                      forwards=cfg.n_truth_items + cells + concepts, replies=decode, new_tokens=12,
+                      detail=f"{cfg.n_truth_items} Truth-Score items, {cells} patching cells, "
+                             + (f"{decode} decode-task replies and {concepts} concept texts for the directions"
+                                if cfg.directions else "no direction methods")
+                             + "; probes, bootstraps and permutation nulls come on top (about)")
+
+
 SIZES = {"truth-scores": _truth_scores_size, "truth-gating-sweep": _gating_size, "decodeshare": _decodeshare_size,
          "crh-concepts": _crh_size, "hyperfit-train": _hyperfit_train_size,
-         "hyperfit-geometry": _hyperfit_geometry_size}
+         "hyperfit-geometry": _hyperfit_geometry_size, "atlas": _atlas_size}
 
 
 def loaded_model_job(experiment: str, result: str, key: str, *, picked, model, settings: dict | None,

@@ -95,6 +95,11 @@ def _key(name: str) -> str:
     return name.replace("planted:", "planted-").replace(":", "-").replace("/", "_").strip("_")
 
 
+def result_name(model: str) -> str:
+    """The name under which an atlas run saves `model`'s Atlas (`load_run(path).result(result_name(m))`)."""
+    return f"atlas_{_key(model)}"
+
+
 @register_experiment("atlas", config=AtlasExperimentConfig,
                      help="One model's atlas: Truth-Score, per-head patching and DLA maps, PR vs patching per "
                           "layer, SAE / decode-shared / CRH direction overlaps and their agreement; on validation "
@@ -125,7 +130,7 @@ def atlas_experiment(cfg: AtlasExperimentConfig, run) -> None:
                 seed=acfg.seed)
         a = atlas(model, acfg, inputs=inputs, reference=reference)
         key = _key(name)
-        run.save_result(f"atlas_{key}", a)
+        run.save_result(result_name(name), a)
         # one report per run: with several models each claim names its model
         for v in atlas_verdicts(a):
             if len(cfg.models) > 1:

@@ -154,3 +154,20 @@ def test_the_geometry_job_really_runs_and_lands_on_the_hyperfitting_page(tmp_pat
         assert not at.exception, at.exception
     done = jobs.list_jobs()
     assert len(done) == 1 and done[0].state == "complete" and done[0].record.experiment == "hyperfit-geometry"
+
+
+def test_atlas_of_a_real_model_launches_the_atlas_experiment_as_a_job(launched, ckpt):
+    """A real model's atlas takes minutes (the committed SmolLM2 run: 426 s): the page sizes it and launches the
+    `atlas` experiment on the sidebar's model with the page's options, instead of computing under a spinner."""
+    at = _open("14_Atlas.py")
+    at.number_input(key="at_items").set_value(32).run()
+    at.checkbox(key="at_dirs").uncheck().run()
+    n = len(launched)
+    at.button(key="at_run").click().run()
+    assert not at.exception, at.exception
+    assert len(launched) == n + 1, "Build atlas computed in place instead of launching a job"
+    exp, overrides, kw = launched[-1]
+    cfg = resolve_config(exp, overrides)[1]
+    assert exp == "atlas" and cfg.models == [ckpt] and cfg.n_truth_items == 32 and not cfg.directions
+    assert kw["size"] is not None and kw["estimate_s"] is not None
+    assert "at_result" not in at.session_state

@@ -8,7 +8,9 @@ import streamlit as st
 st.set_page_config(page_title="interplab · Atlas", page_icon=":microscope:", layout="wide")
 
 from interplab.app.compute import cached_compute  # noqa: E402
-from interplab.app.widgets import page_model, show_figure, validity_panel  # noqa: E402
+from interplab.app.model_jobs import SIZES, is_organism, model_settings  # noqa: E402
+from interplab.app.widgets import job_panel, page_model, show_figure, validity_panel  # noqa: E402
+from interplab.experiments.atlas import result_name  # noqa: E402
 from interplab.core.errors import InterplabError  # noqa: E402
 from interplab.methods import methods  # noqa: E402
 from interplab.figures.atlas import (atlas_agreement_figure, atlas_head_map, atlas_layer_figure,  # noqa: E402
@@ -72,7 +74,16 @@ with st.expander("Options (the defaults run in seconds on the toy organisms)"):
                                   help="optional: a second model (e.g. a hyperfitted descendant) whose per-layer PR "
                                        "minus this model's is shown; loading it takes extra time")
 
-if st.button("Build atlas", key="at_run", type="primary"):
+if target == "model" and not is_organism(picked):
+    # a real model's atlas is minutes (results/atlas-smollm2: 426 s): the `atlas` experiment as a job
+    run = job_panel("atlas", model_settings(
+        "atlas", picked, field="models", n_truth_items=int(n_items), truth_solver=solver, concept=concept,
+        directions=directions, direction_layer=-1 if layer_opt == "auto" else int(layer_opt),
+        reference=reference.strip() or None, figure_formats=""), "at", model=model, model_key=model_key,
+        label="Build atlas", button_key="at_run", size_fn=SIZES["atlas"])
+    if run is not None:
+        st.session_state["at_result"] = run.result(result_name(name))
+elif st.button("Build atlas", key="at_run", type="primary"):
     try:
         ref, ref_key = None, None
         if reference.strip():

@@ -1,0 +1,97 @@
+"""The bridge backend runs components that carry no hook as the Hugging Face modules they wrap
+(interplab/models/backends/bridge_routes.py). That must change no number, on every family, against the same model
+with every TransformerBridge wrapper kept; a site a capture or edit names, and a hook a user attached to the bridge,
+must still run through TransformerLens's hook point."""
+import contextlib
+
+import pytest
+import torch
+
+from interplab.interventions import Ablate, Steer
+
+FAMILIES = ("gpt2", "llama", "qwen2", "mistral", "gemma3")
+ONE = ["w1 w2 w3 w4 w5 w6"]                       # no padding
+BATCH = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10"]  # left padding
+
+
+@contextlib.contextmanager
+def _wrapped_only(m):
+    routes = m._impl.routes
+    routes.enabled = False
+    try:
+        yield
+    finally:
+        routes.enabled = True
+
+
+def _outputs(m):
+    g = torch.Generator().manual_seed(3)
+    v = torch.randn(m.d_model, generator=g)
+    steer = [Steer("resid_post.1", v, positions="decode", scale=2.0)]
+    zero = [Steer("resid_post.0", torch.zeros(m.d_model))]
+    return {
+        "run": m.run(ONE).logits,
+        "run_batch": m.run(BATCH).logits,
+        "run_capture": m.run(ONE, capture=["resid_post.0", "attn_z.1"]),
+        "run_zero_edit": m.run(ONE, edits=zero).logits,
+        "run_ablate": m.run(ONE, edits=[Ablate("attn_z.0", heads=[1])]).logits,
+        "gen": m.generate(ONE, max_new_tokens=5, stop_at_eos=False),
+        "gen_batch": m.generate(BATCH, max_new_tokens=4, stop_at_eos=False),
+        "gen_steer": m.generate(ONE, max_new_tokens=5, edits=steer, stop_at_eos=False, capture=["mlp_out.0"]),
+        "gen_uncached": m.generate(ONE, max_new_tokens=3, edits=steer, stop_at_eos=False, use_cache=False),
+    }
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_unhooked_components_change_no_number(model_factory, arch):
+    m = model_factory(arch)
+    fast = _outputs(m)
+    with _wrapped_only(m):
+        ref = _outputs(m)
+    for k in ("run", "run_batch", "run_zero_edit", "run_ablate"):
+        assert torch.equal(fast[k], ref[k]), (arch, k)
+    for s in ("resid_post.0", "attn_z.1"):
+        assert torch.equal(fast["run_capture"].cache.raw(s), ref["run_capture"].cache.raw(s)), (arch, s)
+    assert torch.equal(fast["run_capture"].logits, ref["run_capture"].logits)
+    for k in ("gen", "gen_batch", "gen_steer", "gen_uncached"):
+        assert fast[k].new_tokens == ref[k].new_tokens, (arch, k)
+        assert torch.equal(fast[k].step_logits, ref[k].step_logits), (arch, k)
+    assert torch.equal(fast["gen_steer"].decode_cache["mlp_out.0"], ref["gen_steer"].decode_cache["mlp_out.0"])
+    # a zero-strength edit is bit-identical to none, though its block now runs wrapped and the others do not
+    assert torch.equal(fast["run_zero_edit"], fast["run"])
+    assert m.attn_implementation == "sdpa"   # eager was switched on for those forwards only
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_which_components_run_unwrapped(model_factory, arch):
+    """Not a vacuous comparison: with no hook anywhere the blocks of the RoPE families run as plain modules;
+    GPT-2's (joint-QKV attention, TransformerLens's own LayerNorm) never do. A hook keeps its block wrapped."""
+    m = model_factory(arch)
+    routes = m._impl.routes
+    free = {u.key for u in routes.unhooked()}
+    blocks = {str(i) for i in range(m.n_layers)}
+    assert blocks <= free if arch != "gpt2" else not blocks & free, (arch, free)
+    if arch == "gpt2":
+        return
+    point = m.bridge.hook_dict["blocks.1.hook_out"]
+    point.add_hook(lambda x, hook: None)
+    try:
+        free = {u.key for u in routes.unhooked()}
+    finally:
+        point.remove_hooks()
+    assert "1" not in free and "0" in free
+    assert blocks <= {u.key for u in routes.unhooked()}
+
+
+def test_hooks_a_user_attached_to_the_bridge_still_fire(model_factory):
+    m = model_factory("llama")
+    seen = []
+
+    def spy(x, hook):
+        seen.append(hook.name)
+
+    clean = m.generate(ONE, max_new_tokens=3, stop_at_eos=False)
+    with m.bridge.hooks(fwd_hooks=[("blocks.1.attn.hook_pattern", spy), ("ln_final.hook_scale", spy)]):
+        hooked = m.generate(ONE, max_new_tokens=3, stop_at_eos=False)
+    assert seen.count("blocks.1.attn.hook_pattern") == 3 and seen.count("ln_final.hook_scale") == 3
+    assert torch.equal(hooked.step_logits, clean.step_logits)

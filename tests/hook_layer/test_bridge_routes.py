@@ -7,6 +7,8 @@ import contextlib
 import pytest
 import torch
 
+from interplab.core.errors import SiteError
+from interplab.core.sites import GLOBAL_KINDS, LAYER_KINDS
 from interplab.interventions import Ablate, Steer
 
 FAMILIES = ("gpt2", "llama", "qwen2", "mistral", "gemma3")
@@ -95,3 +97,22 @@ def test_hooks_a_user_attached_to_the_bridge_still_fire(model_factory):
         hooked = m.generate(ONE, max_new_tokens=3, stop_at_eos=False)
     assert seen.count("blocks.1.attn.hook_pattern") == 3 and seen.count("ln_final.hook_scale") == 3
     assert torch.equal(hooked.step_logits, clean.step_logits)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_each_site_alone_runs_through_its_hook_point(model_factory, arch):
+    """One site per forward (every other block then runs unwrapped): the capture still comes from TransformerLens's
+    hook point (a hook that never fires raises SiteError) and equals the all-wrapped one, as do the logits."""
+    m = model_factory(arch)
+    sites = [f"{k}.1" for k in LAYER_KINDS] + list(GLOBAL_KINDS)
+    for site in sites:
+        try:
+            fast = m.run(ONE, capture=[site])
+        except SiteError:   # a site this family's bridge does not have: so it is when all is wrapped too
+            with _wrapped_only(m), pytest.raises(SiteError):
+                m.run(ONE, capture=[site])
+            continue
+        with _wrapped_only(m):
+            ref = m.run(ONE, capture=[site])
+        assert torch.equal(fast.cache.raw(site), ref.cache.raw(site)), (arch, site)
+        assert torch.equal(fast.logits, ref.logits), (arch, site)

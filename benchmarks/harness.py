@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 REQUIRED = ("ours", "anchor", "ratio", "goal", "ok")
 
-__all__ = ["timeit", "timeit_interleaved", "discover", "run_one", "run_selected", "bench_line", "md_row",
-           "md_header", "md_table", "machine", "main"]
+__all__ = ["timeit", "timeit_interleaved", "discover", "run_one", "run_selected", "bench_line",
+           "md_row", "md_header", "md_table", "machine", "main"]
 
 
 def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, number: int = 1,
@@ -59,11 +59,12 @@ def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, number: i
     return statistics.median(times)
 
 
-def timeit_interleaved(ours: Callable[[], Any], anchor: Callable[[], Any], *, repeat: int = 5, warmup: int = 1,
-                       sync: Callable[[], None] | None = None) -> dict[str, float]:
-    """ours and anchor timed alternately (ours, anchor, ours, ...), so that drifting load on a shared machine hits
-    both alike: the medians of wall time ("ours", "anchor") and of this process's CPU time ("ours_cpu",
-    "anchor_cpu"; with one torch thread, the CPU-seconds each side used, which other processes disturb less)."""
+def timeit_interleaved(ours: Callable[[], Any], anchor: Callable[[], Any], *, repeat: int = 5,
+                       warmup: int = 1, sync: Callable[[], None] | None = None) -> dict[str, float]:
+    """ours and anchor timed in turn (ours, anchor, ours, ...), so that drifting load on a shared
+    machine hits both alike. The medians of wall time ("ours", "anchor") and of this process's CPU
+    time ("ours_cpu", "anchor_cpu": with one torch thread, the CPU-seconds each side used, which
+    other processes disturb less)."""
     for _ in range(warmup):
         ours()
         anchor()

@@ -38,7 +38,8 @@ def test_timeit_median_and_discovery():
 
 def test_timeit_interleaved_alternates_the_two_sides():
     calls = []
-    t = harness.timeit_interleaved(lambda: calls.append("o"), lambda: calls.append("a"), repeat=3, warmup=1)
+    t = harness.timeit_interleaved(lambda: calls.append("o"), lambda: calls.append("a"), repeat=3,
+                                   warmup=1)
     assert calls == ["o", "a"] * 4
     assert set(t) == {"ours", "anchor", "ours_cpu", "anchor_cpu"} and min(t.values()) >= 0
 

@@ -1,7 +1,7 @@
-"""The bridge backend runs components that carry no hook as the Hugging Face modules they wrap
-(interplab/models/backends/bridge_routes.py). That must change no number, on every family, against the same model
-with every TransformerBridge wrapper kept; a site a capture or edit names, and a hook a user attached to the bridge,
-must still run through TransformerLens's hook point."""
+"""The bridge backend runs components with no hook inside as the Hugging Face modules they wrap
+(interplab/models/backends/bridge_routes.py). Against the same model with every TransformerBridge
+wrapper kept, that must change no number, on any family; a site that a capture or edit names, and a
+hook a user attached to the bridge, must still run through TransformerLens's hook point."""
 import contextlib
 
 import pytest
@@ -39,8 +39,10 @@ def _outputs(m):
         "run_ablate": m.run(ONE, edits=[Ablate("attn_z.0", heads=[1])]).logits,
         "gen": m.generate(ONE, max_new_tokens=5, stop_at_eos=False),
         "gen_batch": m.generate(BATCH, max_new_tokens=4, stop_at_eos=False),
-        "gen_steer": m.generate(ONE, max_new_tokens=5, edits=steer, stop_at_eos=False, capture=["mlp_out.0"]),
-        "gen_uncached": m.generate(ONE, max_new_tokens=3, edits=steer, stop_at_eos=False, use_cache=False),
+        "gen_steer": m.generate(ONE, max_new_tokens=5, edits=steer, stop_at_eos=False,
+                                capture=["mlp_out.0"]),
+        "gen_uncached": m.generate(ONE, max_new_tokens=3, edits=steer, stop_at_eos=False,
+                                   use_cache=False),
     }
 
 
@@ -53,21 +55,24 @@ def test_unhooked_components_change_no_number(model_factory, arch):
     for k in ("run", "run_batch", "run_zero_edit", "run_ablate"):
         assert torch.equal(fast[k], ref[k]), (arch, k)
     for s in ("resid_post.0", "attn_z.1"):
-        assert torch.equal(fast["run_capture"].cache.raw(s), ref["run_capture"].cache.raw(s)), (arch, s)
+        got, want = fast["run_capture"].cache.raw(s), ref["run_capture"].cache.raw(s)
+        assert torch.equal(got, want), (arch, s)
     assert torch.equal(fast["run_capture"].logits, ref["run_capture"].logits)
     for k in ("gen", "gen_batch", "gen_steer", "gen_uncached"):
         assert fast[k].new_tokens == ref[k].new_tokens, (arch, k)
         assert torch.equal(fast[k].step_logits, ref[k].step_logits), (arch, k)
-    assert torch.equal(fast["gen_steer"].decode_cache["mlp_out.0"], ref["gen_steer"].decode_cache["mlp_out.0"])
-    # a zero-strength edit is bit-identical to none, though its block now runs wrapped and the others do not
+    assert torch.equal(fast["gen_steer"].decode_cache["mlp_out.0"],
+                       ref["gen_steer"].decode_cache["mlp_out.0"])
+    # a zero-strength edit is bit-identical to none, though only its block now runs wrapped
     assert torch.equal(fast["run_zero_edit"], fast["run"])
     assert m.attn_implementation == "sdpa"   # eager was switched on for those forwards only
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_which_components_run_unwrapped(model_factory, arch):
-    """Not a vacuous comparison: with no hook anywhere the blocks of the RoPE families run as plain modules;
-    GPT-2's (joint-QKV attention, TransformerLens's own LayerNorm) never do. A hook keeps its block wrapped."""
+    """Not a vacuous comparison: with no hook anywhere, the blocks of the RoPE families run as plain
+    modules; GPT-2's (joint-QKV attention, TransformerLens's own LayerNorm) never do. A hook keeps
+    its block wrapped."""
     m = model_factory(arch)
     routes = m._impl.routes
     free = {u.key for u in routes.unhooked()}
@@ -93,22 +98,24 @@ def test_hooks_a_user_attached_to_the_bridge_still_fire(model_factory):
         seen.append(hook.name)
 
     clean = m.generate(ONE, max_new_tokens=3, stop_at_eos=False)
-    with m.bridge.hooks(fwd_hooks=[("blocks.1.attn.hook_pattern", spy), ("ln_final.hook_scale", spy)]):
+    hooks = [("blocks.1.attn.hook_pattern", spy), ("ln_final.hook_scale", spy)]
+    with m.bridge.hooks(fwd_hooks=hooks):
         hooked = m.generate(ONE, max_new_tokens=3, stop_at_eos=False)
-    assert seen.count("blocks.1.attn.hook_pattern") == 3 and seen.count("ln_final.hook_scale") == 3
+    assert seen.count("blocks.1.attn.hook_pattern") == seen.count("ln_final.hook_scale") == 3
     assert torch.equal(hooked.step_logits, clean.step_logits)
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_each_site_alone_runs_through_its_hook_point(model_factory, arch):
-    """One site per forward (every other block then runs unwrapped): the capture still comes from TransformerLens's
-    hook point (a hook that never fires raises SiteError) and equals the all-wrapped one, as do the logits."""
+    """One site per forward (every other block then runs unwrapped): the capture still comes from
+    TransformerLens's hook point (one that never fires raises SiteError) and equals the all-wrapped
+    one, as do the logits."""
     m = model_factory(arch)
     sites = [f"{k}.1" for k in LAYER_KINDS] + list(GLOBAL_KINDS)
     for site in sites:
         try:
             fast = m.run(ONE, capture=[site])
-        except SiteError:   # a site this family's bridge does not have: so it is when all is wrapped too
+        except SiteError:   # a site this family's bridge lacks: so it is when all is wrapped too
             with _wrapped_only(m), pytest.raises(SiteError):
                 m.run(ONE, capture=[site])
             continue

@@ -87,7 +87,7 @@ def test_captures_come_back_on_the_output_device(checkpoint_factory):
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_bridge_loads_in_eval_mode(checkpoint_factory, arch):
-    """No dropout anywhere: interplab leaves setting the wrappers' mode to TransformerBridge (no second walk)."""
+    """No dropout anywhere: setting the wrappers' mode is left to TransformerBridge (no second walk)."""
     m = interplab.load_model(checkpoint_factory(arch))
     assert not any(x.training for x in m.bridge.modules())
     assert not any(x.training for x in m.hf_model.modules())

@@ -7,19 +7,19 @@ import torch
 
 
 class AttentionSwitch:
-    """`with switch.using("eager"): model(...)` runs that forward with another attention implementation.
+    """`with switch.using("eager"): model(...)` runs that forward with another implementation.
 
-    transformers' `set_attn_implementation` validates the request and then walks every module to find sub-models:
-    3.4 ms for a switch and its undo on SmolLM2 under TransformerBridge (whose wrappers triple the module count),
-    about 4 % of a decode step. What it changes is the implementation recorded on each config, so it runs once
-    per target implementation and its effect is replayed from then on."""
+    transformers' `set_attn_implementation` validates the request, then walks every module to find
+    sub-models: 3.4 ms for a switch and its undo on SmolLM2 under TransformerBridge (its wrappers
+    triple the module count), about 4 % of a decoded token. All it changes is the implementation
+    recorded on each config, so it runs once per target and its effect is replayed after that."""
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self._effects: dict[str, list[tuple[object, str]]] = {}
 
     def _configs(self) -> list:
-        """Every transformers config that `set_attn_implementation` may write to (sub-configs included)."""
+        """Every config that `set_attn_implementation` may write to (sub-configs included)."""
         from transformers import PreTrainedModel
 
         todo = [m.config for m in self.model.modules() if isinstance(m, PreTrainedModel)]
@@ -29,7 +29,8 @@ class AttentionSwitch:
             if id(cfg) in seen or not hasattr(cfg, "_attn_implementation_internal"):
                 continue
             seen[id(cfg)] = cfg
-            todo.extend(c for k in getattr(cfg, "sub_configs", {}) if (c := getattr(cfg, k, None)) is not None)
+            todo.extend(c for k in getattr(cfg, "sub_configs", {})
+                        if (c := getattr(cfg, k, None)) is not None)
         return list(seen.values())
 
     def _effect(self, impl: str) -> list[tuple[object, str]]:

@@ -121,14 +121,15 @@ class BridgeBackend:
         try:  # the hooks of this forward only (its own level): hooks a user attached to the bridge survive
             for point, fn in points:
                 point.add_hook(fn, dir="fwd", level=level)
-            # A module site is hooked on a module of the Hugging Face model whether or not TransformerLens wraps
-            # it, so such forwards keep every wrapper (what runs is then what always ran).
-            native = [] if req.module_sites() else self.routes.unhooked()
-            # Eager attention for them: TransformerLens re-implements eager attention, and the modules given back
-            # must compute exactly what their wrappers compute.
+            # A module site hooks a module of the Hugging Face model, wrapped or not: such forwards
+            # keep every wrapper (what runs is then what always ran). The others give unhooked
+            # components back to the modules they wrap, with eager attention, which is what
+            # TransformerLens's attention re-implements.
+            plain = [] if req.module_sites() else self.routes.unhooked()
+            eager = self.attention.using("eager") if plain else contextlib.nullcontext()
             with torch.set_grad_enabled(req.grad), _quiet_scale_edits(req), \
-                    module_hooks(self.hf_model, req, captures, "bridge"), self.routes.native(native), \
-                    (self.attention.using("eager") if native else contextlib.nullcontext()):
+                    module_hooks(self.hf_model, req, captures, "bridge"), \
+                    self.routes.unwrapped(plain), eager:
                 try:
                     out = self.hf_model(**hf_forward_kwargs(req))
                 except StopForward:

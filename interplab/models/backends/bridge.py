@@ -122,8 +122,8 @@ class BridgeBackend:
             for point, fn in points:
                 point.add_hook(fn, dir="fwd", level=level)
             # A module site hooks a module of the Hugging Face model, wrapped or not: such forwards
-            # keep every wrapper (what runs is then what always ran). The others give unhooked
-            # components back to the modules they wrap, with eager attention, which is what
+            # keep every wrapper (what runs is then what always ran). The others give wrappers with
+            # no hook inside back to the modules they wrap, with eager attention, which is what
             # TransformerLens's attention re-implements.
             plain = [] if req.module_sites() else self.routes.unhooked()
             eager = self.attention.using("eager") if plain else contextlib.nullcontext()

@@ -5,11 +5,13 @@ around the wrapped module, and the attention wrapper re-implements attention ste
 q/k/v, scores and pattern have hook points. With no hook attached anywhere, that made a decoded
 token of SmolLM2 cost 1.4-1.6x a plain one (BENCHMARKS.md, issue 49).
 
-A component with no hook inside it (none of interplab's for this forward, none a user attached with
+A wrapper with no hook inside it (none of interplab's for this forward, none a user attached with
 `bridge.hooks(...)` or `add_hook`, no PyTorch hook on any of its modules) fires nothing. For one
 forward its place in the model goes back to the module it wraps (its inner wrappers likewise), and
-the wrappers return afterwards. A site that a capture or edit names keeps its component wrapped, so
-it still runs through its TransformerLens hook point.
+the wrappers return afterwards. A wrapper that holds a hook stays, and the wrappers inside the
+module it wraps are decided the same way: a site that a capture or edit names still runs through
+its TransformerLens hook point (resid_post keeps its block's wrapper, whose attention and MLP may
+run unwrapped).
 
 No number changes. This is done only for wrappers whose forward is the wrapped module's own (linear,
 embedding, unembedding, rotary, gated MLP, block), the norm wrapper that calls the wrapped norm when
@@ -47,23 +49,38 @@ def _wrapper_types():
 
 
 @dataclass
-class _Unit:
-    """A wrapper that sits directly in the Hugging Face model (a block, the embedding, ...)."""
-    parent: torch.nn.Module
+class _Node:
+    """A wrapper in the Hugging Face model and the wrappers inside the module it wraps."""
+    modules: dict        # the `_modules` dict that holds it
     key: str
-    component: torch.nn.Module
-    # (the _modules dict holding it, its key, the wrapper), outermost first
-    swaps: list[tuple[dict, str, torch.nn.Module]] = field(default_factory=list)
-    hook_dicts: list[dict] = field(default_factory=list)
-    own_hooks: int = 0   # interplab's permanent hooks inside it
-    eligible: bool = True
+    wrapper: torch.nn.Module
+    top: torch.nn.Module   # the outermost wrapper around it (a block, the embedding, ...)
+    children: list[_Node] = field(default_factory=list)
+    swaps: list[tuple[dict, str, torch.nn.Module]] = field(default_factory=list)  # its subtree's
+    hook_dicts: list[dict] = field(default_factory=list)                           # its subtree's
+    dict_ids: frozenset[int] = frozenset()
+    own_hooks: int = 0       # interplab's permanent hooks in its subtree
+    eligible: bool = True    # every wrapper in its subtree may run unwrapped
 
     def hooked(self) -> bool:
-        """A hook inside it that is not bookkeeping. Bookkeeping: interplab's permanent hooks and
-        the capture hooks TransformerLens's block puts on its norms at its first forward (they read
-        nothing unless one of `_CFG_FLAGS` is set)."""
-        internal = self.own_hooks + len(getattr(self.component, "_capture_hook_handles", ()))
-        return sum(map(len, self.hook_dicts)) > internal
+        """A hook in its subtree that is not bookkeeping. Bookkeeping: interplab's permanent hooks
+        and the capture hooks TransformerLens's block puts on its norms at its first forward (they
+        read nothing unless one of `_CFG_FLAGS` is set)."""
+        n = sum(map(len, self.hook_dicts))
+        if n <= self.own_hooks:
+            return False
+        handles = getattr(self.top, "_capture_hook_handles", ())
+        tl = sum(id(h.hooks_dict_ref()) in self.dict_ids for h in handles)
+        return n > self.own_hooks + tl
+
+    def collect(self, out: list) -> None:
+        """The swaps that leave as much as possible unwrapped: all of this subtree if no hook is in
+        it, else (this wrapper stays, with its hook points) what its children's subtrees allow."""
+        if self.eligible and not self.hooked():
+            out.extend(self.swaps)
+            return
+        for c in self.children:
+            c.collect(out)
 
 
 class BridgeRoutes:
@@ -72,23 +89,22 @@ class BridgeRoutes:
         self.bridge = bridge
         self.hf_model = hf_model
         self._own_hooks = own_hooks
-        self._units: list[_Unit] | None = None
+        self._tops: list[_Node] | None = None
         self.enabled = True   # False: all stays wrapped (the reference the tests compare against)
 
-    def _build(self) -> list[_Unit]:
+    def _build(self) -> list[_Node]:
         base, delegating, norms = _wrapper_types()
-        units: list[_Unit] = []
+        tops: list[_Node] = []
 
         def walk(mod: torch.nn.Module) -> None:
             for key, child in mod._modules.items():
                 if isinstance(child, base):
-                    u = _unit(mod, key, child, base, delegating, norms)
-                    u.own_hooks = sum(self._own_hooks.get(id(w), 0) for _, _, w in u.swaps)
-                    units.append(u)
+                    tops.append(_node(mod._modules, key, child, child, base, delegating, norms,
+                                      self._own_hooks))
                 elif child is not None:
                     walk(child)
         walk(self.hf_model)
-        return units
+        return tops
 
     def _allowed(self) -> bool:
         b, cfg = self.bridge, self.bridge.cfg
@@ -98,24 +114,23 @@ class BridgeRoutes:
             return False
         return not any(getattr(torch.nn.modules.module, h) for h in _GLOBAL_HOOKS)
 
-    def unhooked(self) -> list[_Unit]:
-        """The units that may run unwrapped in a forward starting now (its hooks already added)."""
+    def unhooked(self) -> list[tuple[dict, str, torch.nn.Module]]:
+        """The wrappers that may run unwrapped in a forward starting now (its hooks already added),
+        as (`_modules` dict, key, wrapper), outermost first."""
         if not self.enabled or not self._allowed():
             return []
-        if self._units is None:
-            self._units = self._build()
-        out = []
-        for u in self._units:
-            if u.parent._modules.get(u.key) is not u.component:   # someone rebuilt the model
-                self._units = None
+        if self._tops is None:
+            self._tops = self._build()
+        out: list = []
+        for t in self._tops:
+            if t.modules.get(t.key) is not t.wrapper:   # someone rebuilt the model
+                self._tops = None
                 return self.unhooked()
-            if u.eligible and not u.hooked():
-                out.append(u)
+            t.collect(out)
         return out
 
     @contextlib.contextmanager
-    def unwrapped(self, units: list[_Unit]):
-        swaps = [s for u in units for s in u.swaps]
+    def unwrapped(self, swaps: list[tuple[dict, str, torch.nn.Module]]):
         n = 0
         try:
             for modules, key, wrapper in swaps:
@@ -127,27 +142,29 @@ class BridgeRoutes:
                 modules[key] = wrapper
 
 
-def _unit(parent, key, comp, base, delegating, norms) -> _Unit:
-    u = _Unit(parent, key, comp)
-    u.hook_dicts = [getattr(m, d) for m in comp.modules() for d in _HOOK_DICTS]
-
-    def add(modules: dict, k: str, wrapper) -> None:
-        u.swaps.append((modules, k, wrapper))
-        if type(wrapper) in norms:
-            ok = getattr(wrapper, "use_native_layernorm_autograd", False)
-        else:
-            ok = type(wrapper) in delegating
-        orig = wrapper._modules.get("_original_component")
-        u.eligible &= bool(ok) and orig is not None
-        if orig is not None:
-            inner(orig)
+def _node(modules, key, wrapper, top, base, delegating, norms, own_hooks) -> _Node:
+    node = _Node(modules, key, wrapper, top)
+    node.hook_dicts = [getattr(m, d) for m in wrapper.modules() for d in _HOOK_DICTS]
+    node.dict_ids = frozenset(map(id, node.hook_dicts))
+    node.own_hooks = sum(own_hooks.get(id(m), 0) for m in wrapper.modules())
+    if type(wrapper) in norms:
+        ok = getattr(wrapper, "use_native_layernorm_autograd", False)
+    else:
+        ok = type(wrapper) in delegating
+    orig = wrapper._modules.get("_original_component")
+    node.eligible = bool(ok) and orig is not None
+    node.swaps.append((modules, key, wrapper))
 
     def inner(mod) -> None:
-        # The wrapped module's children: more wrappers (unwrapped too) or plain modules (searched).
+        # The wrapped module's children: more wrappers (nodes) or plain modules (searched).
         for k, child in mod._modules.items():
             if isinstance(child, base):
-                add(mod._modules, k, child)
+                c = _node(mod._modules, k, child, top, base, delegating, norms, own_hooks)
+                node.children.append(c)
+                node.swaps.extend(c.swaps)
+                node.eligible &= c.eligible
             elif child is not None:
                 inner(child)
-    add(parent._modules, key, comp)
-    return u
+    if orig is not None:
+        inner(orig)
+    return node

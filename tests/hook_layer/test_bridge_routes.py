@@ -128,3 +128,31 @@ def test_each_site_alone_runs_through_its_hook_point(model_factory, arch):
             ref = m.run(ONE, capture=[site])
         assert torch.equal(fast.cache.raw(site), ref.cache.raw(site)), (arch, site)
         assert torch.equal(fast.logits, ref.logits), (arch, site)
+
+
+def test_a_module_put_in_a_wrappers_place_stays_there(checkpoint_factory):
+    """E.g. a LoRA layer wrapped around a projection after loading: the routes map the model again
+    instead of swapping it out (and back in as the bare wrapper), and the numbers stay the same."""
+    import interplab
+
+    m = interplab.load_model(checkpoint_factory("llama"))   # its own copy: this test edits it
+    attn = m.bridge.blocks[0].attn._modules["_original_component"]
+    calls = []
+
+    class Tap(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            calls.append(1)
+            return self.inner(x)
+
+    with _wrapped_only(m):
+        ref = m.generate(ONE, max_new_tokens=3, stop_at_eos=False)
+    m.generate(ONE, max_new_tokens=2, stop_at_eos=False)   # the routes are mapped
+    tap = Tap(attn._modules["q_proj"])
+    attn._modules["q_proj"] = tap
+    out = m.generate(ONE, max_new_tokens=3, stop_at_eos=False)
+    assert attn._modules["q_proj"] is tap and calls   # the unwrapped attention ran through it
+    assert torch.equal(out.step_logits, ref.step_logits)

@@ -119,15 +119,19 @@ class BridgeRoutes:
         as (`_modules` dict, key, wrapper), outermost first."""
         if not self.enabled or not self._allowed():
             return []
-        if self._tops is None:
-            self._tops = self._build()
-        out: list = []
-        for t in self._tops:
-            if t.modules.get(t.key) is not t.wrapper:   # someone rebuilt the model
-                self._tops = None
-                return self.unhooked()
-            t.collect(out)
-        return out
+        for _ in range(2):
+            if self._tops is None:
+                self._tops = self._build()
+            out: list = []
+            for t in self._tops:
+                t.collect(out)
+            # A module put in a wrapper's place since (e.g. a LoRA layer around it) must stay there:
+            # map the model again.
+            if all(t.modules.get(t.key) is t.wrapper for t in self._tops) \
+                    and all(mods.get(k) is w for mods, k, w in out):
+                return out
+            self._tops = None
+        return []
 
     @contextlib.contextmanager
     def unwrapped(self, swaps: list[tuple[dict, str, torch.nn.Module]]):

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from benchmarks.harness import timeit
+from benchmarks.harness import timeit, timeit_interleaved
 
 NAME = "real:smollm2-135m-instruct"
 PROMPT = "What is the capital of France? Answer in one sentence."
@@ -106,16 +106,17 @@ def generate(backend: str, edit: str) -> dict:
     def ours_fn():
         m.generate(rows, max_new_tokens=NEW_TOKENS, edits=edits, stop_at_eos=False, return_logits=False)
 
-    ours = timeit(ours_fn, repeat=REPEAT, sync=_sync)
-    anchor = timeit(_hf_generate(), repeat=REPEAT, sync=_sync)
+    t = timeit_interleaved(ours_fn, _hf_generate(), repeat=5, sync=_sync)
+    ours, anchor = t["ours"], t["anchor"]
     goal_x = 1.15 if edit == "headgate" else 1.10
     ratio = ours / anchor
     return dict(ours=ours, anchor=anchor, ratio=ratio,
                 goal=f"<= {goal_x:.2f}x plain HF generate (KV cache, greedy)", ok=ratio <= goal_x,
                 extra={"model": NAME, "backend": backend, "edit": edit or "none", "prompt_tokens": len(rows[0]),
                        "new_tokens": NEW_TOKENS, "ours_tok_per_s": round(NEW_TOKENS / ours, 2),
-                       "hf_tok_per_s": round(NEW_TOKENS / anchor, 2), "threads": torch.get_num_threads(),
-                       "device": _device()})
+                       "hf_tok_per_s": round(NEW_TOKENS / anchor, 2),
+                       "cpu_ratio": round(t["ours_cpu"] / t["anchor_cpu"], 3),
+                       "threads": torch.get_num_threads(), "device": _device()})
 
 
 def _batch_ids(n: int = 4, t: int = 64):
@@ -267,11 +268,12 @@ def load(backend: str) -> dict:
         AutoTokenizer.from_pretrained(path)
         gc.collect()
 
-    ours = timeit(ours_fn, repeat=3, warmup=1)
-    anchor = timeit(anchor_fn, repeat=3, warmup=1)
+    t = timeit_interleaved(ours_fn, anchor_fn, repeat=5, warmup=1)
+    ours, anchor = t["ours"], t["anchor"]
     ratio = ours / anchor
     return dict(ours=ours, anchor=anchor, ratio=ratio, goal="<= 1.20x plain from_pretrained + tokenizer",
                 ok=ratio <= 1.2, extra={"model": NAME, "backend": backend, "threads": torch.get_num_threads(),
+                                        "cpu_ratio": round(t["ours_cpu"] / t["anchor_cpu"], 3),
                                         "device": _device()})
 
 

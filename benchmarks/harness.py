@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 REQUIRED = ("ours", "anchor", "ratio", "goal", "ok")
 
-__all__ = ["timeit", "discover", "run_one", "run_selected", "bench_line", "md_row", "md_header", "md_table",
-           "machine", "main"]
+__all__ = ["timeit", "timeit_interleaved", "discover", "run_one", "run_selected", "bench_line",
+           "md_row", "md_header", "md_table", "machine", "main"]
 
 
 def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, number: int = 1,
@@ -57,6 +57,29 @@ def timeit(fn: Callable[[], Any], *, repeat: int = 5, warmup: int = 1, number: i
             sync()
         times.append((time.perf_counter() - t) / number)
     return statistics.median(times)
+
+
+def timeit_interleaved(ours: Callable[[], Any], anchor: Callable[[], Any], *, repeat: int = 5,
+                       warmup: int = 1, sync: Callable[[], None] | None = None) -> dict[str, float]:
+    """ours and anchor timed in turn (ours, anchor, ours, ...), so that drifting load on a shared
+    machine hits both alike. The medians of wall time ("ours", "anchor") and of this process's CPU
+    time ("ours_cpu", "anchor_cpu": with one torch thread, the CPU-seconds each side used, which
+    other processes disturb less)."""
+    for _ in range(warmup):
+        ours()
+        anchor()
+    times: dict[str, list[float]] = {"ours": [], "anchor": [], "ours_cpu": [], "anchor_cpu": []}
+    for _ in range(repeat):
+        for key, fn in (("ours", ours), ("anchor", anchor)):
+            if sync:
+                sync()
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            if sync:
+                sync()
+            times[key].append(time.perf_counter() - t)
+            times[key + "_cpu"].append(time.process_time() - c)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def discover(package: str = "benchmarks") -> tuple[dict[str, tuple[str, Callable]], dict[str, str]]:

@@ -13,6 +13,7 @@ import torch
 from interplab.core.errors import ChatTemplateNotice, InputError, RemoteError, UnknownTokenWarning
 from interplab.core.edit import Edit, ModelShape, StepContext
 from interplab.models import weights
+from interplab.models.backends.attn_switch import AttentionSwitch
 from interplab.models.backends.base import ForwardRequest
 from interplab.models.inputs import Batch, prompt_mode, to_batch_checked
 from interplab.models.outputs import Cache, GenerateOutput, RunOutput
@@ -56,6 +57,7 @@ class LabModel:
         # One hooked forward at a time per model: hooks live on the shared modules for the length of a forward, so
         # two threads' forwards must not overlap (see docs/reliability.md, "Concurrency contract").
         self._forward_lock = threading.Lock()
+        self._attention = getattr(backend_impl, "attention", None) or AttentionSwitch(self.hf_model)
         self.shape = ModelShape.of(self)
         self._validated: dict[int, weakref.ref] = {}
         # Whether plain strings are user turns by default (docs/hook_layer.md, "Prompts: text and chat"): only for a
@@ -280,11 +282,8 @@ class LabModel:
         if not touches or impl in (None, "eager") or self.remote:
             yield
             return
-        self.hf_model.set_attn_implementation("eager")
-        try:
+        with self._attention.using("eager"):
             yield
-        finally:
-            self.hf_model.set_attn_implementation(impl)
 
     def _out(self, captures: dict) -> dict:
         if self.output_device is None:

@@ -295,7 +295,10 @@ def _lab_model(hf, tok, backend: str, *, name: str, path: str | None, device, dt
             # e.g. a map mixing CPU and GPU targets (accelerate CPU offload), which TL 3.9 refuses
             raise ConfigError(f"TransformerBridge cannot run this device_map ({e}); use backend='nnsight', which "
                               "runs any accelerate placement including CPU/disk offload") from None
-        bridge.eval()
+        # TL stamps its wrappers with the HF model's mode (eval here); a second walk over every
+        # wrapper and module cost ~5 % of a SmolLM2 load
+        if bridge.training:
+            bridge.eval()
         if attn and attn != "eager" and attn_implementation != "eager":
             hf.set_attn_implementation(attn)  # the bridge forces eager; LabModel switches per forward instead
         impl = BridgeBackend(bridge)

@@ -36,6 +36,14 @@ def test_timeit_median_and_discovery():
     assert "harness" not in found
 
 
+def test_timeit_interleaved_alternates_the_two_sides():
+    calls = []
+    t = harness.timeit_interleaved(lambda: calls.append("o"), lambda: calls.append("a"), repeat=3,
+                                   warmup=1)
+    assert calls == ["o", "a"] * 4
+    assert set(t) == {"ours", "anchor", "ours_cpu", "anchor_cpu"} and min(t.values()) >= 0
+
+
 def _fake_package(root, name):
     pkg = root / name
     pkg.mkdir()

@@ -83,3 +83,11 @@ def test_captures_come_back_on_the_output_device(checkpoint_factory):
     assert out.cache["resid_post.0"].device.type == "meta"  # a device other than the model's (CPU here)
     m.output_device = None
     assert m.run(PROMPTS, capture=["resid_post.0"]).cache["resid_post.0"].device.type == "cpu"
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_bridge_loads_in_eval_mode(checkpoint_factory, arch):
+    """No dropout anywhere: setting the wrappers' mode is left to TransformerBridge (no second walk)."""
+    m = interplab.load_model(checkpoint_factory(arch))
+    assert not any(x.training for x in m.bridge.modules())
+    assert not any(x.training for x in m.hf_model.modules())

@@ -7,8 +7,10 @@ import warnings
 
 import torch
 
+from interplab.models.backends.attn_switch import AttentionSwitch
 from interplab.models.backends.base import (ForwardRequest, ForwardResult, StopForward, apply_edits,
                                             hf_forward_kwargs, keep)
+from interplab.models.backends.bridge_routes import BridgeRoutes
 from interplab.models.backends.module_hooks import module_hooks
 from interplab.core.errors import SiteError
 from interplab.core.sites import SCALE_KINDS, SITE_KINDS, Site
@@ -63,8 +65,12 @@ class BridgeBackend:
         self.bridge = bridge
         self.hf_model = bridge.original_model
         self.n_layers = int(bridge.cfg.n_layers)
+        own: dict[int, int] = {}
         for block in bridge.blocks:
             block.attn.register_forward_pre_hook(_kv_cache_compat, with_kwargs=True)
+            own[id(block.attn)] = own.get(id(block.attn), 0) + 1
+        self.routes = BridgeRoutes(bridge, self.hf_model, own)
+        self.attention = AttentionSwitch(self.hf_model)
         self._points: dict[str, object] | None = None
         self._levels = itertools.count(1_000_000)  # above any context level TL's own `bridge.hooks` reaches
 
@@ -115,8 +121,15 @@ class BridgeBackend:
         try:  # the hooks of this forward only (its own level): hooks a user attached to the bridge survive
             for point, fn in points:
                 point.add_hook(fn, dir="fwd", level=level)
+            # A module site hooks a module of the Hugging Face model, wrapped or not: such forwards
+            # keep every wrapper (what runs is then what always ran). The others give wrappers with
+            # no hook inside back to the modules they wrap, with eager attention, which is what
+            # TransformerLens's attention re-implements.
+            plain = [] if req.module_sites() else self.routes.unhooked()
+            eager = self.attention.using("eager") if plain else contextlib.nullcontext()
             with torch.set_grad_enabled(req.grad), _quiet_scale_edits(req), \
-                    module_hooks(self.hf_model, req, captures, "bridge"):
+                    module_hooks(self.hf_model, req, captures, "bridge"), \
+                    self.routes.unwrapped(plain), eager:
                 try:
                     out = self.hf_model(**hf_forward_kwargs(req))
                 except StopForward:

@@ -297,7 +297,7 @@ def _estimate_sized(experiment: str, overrides: dict, model, model_key, size_fn)
     if ck in cache:
         return cache[ck]
     _, cfg, _, _ = resolve_config(experiment, overrides)
-    name = run_model_name({f: getattr(cfg, f, None) for f in MODEL_FIELDS}) or ""
+    name = run_model_name({f: getattr(cfg, f, None) for f in (*MODEL_FIELDS, "models")}) or ""
     size = size_fn(cfg, model) if model is not None else None
     est = jobs.estimate(experiment, size, model=name, device=str(getattr(cfg, "device", "cpu") or "cpu"))
     if est.seconds is None:

@@ -115,10 +115,11 @@ def test_page_figures_show_no_bpe_pieces(bpe_model_dir, monkeypatch, tmp_path, p
     assert not [p for p in RAW if p in text], page
 
 
-def test_patching_default_positions_fit_the_model(bpe_model_dir, monkeypatch, tmp_path):
-    """On a model that is not an organism (a real model's chat pair has ~40 positions) the Patching page patches a
-    whole layer at once by default, so its default button is a minute, not a 30-minute job; organisms keep one
-    cell per position."""
+def test_patching_default_grid_fits_the_model(bpe_model_dir, monkeypatch, tmp_path):
+    """The Patching page's default grid is one cell per position unless that is large: SmolLM2's chat-templated
+    pair (42 tokens x 30 layers x 10 sites per layer = 12,600 cells, ~30 min) patches whole layers, heads only
+    (resid_pre over all positions would restore the clean run by construction); a short prompt on a small model
+    and the organisms keep every position and both sites."""
     pytest.importorskip("streamlit")
     from pathlib import Path
 
@@ -128,8 +129,11 @@ def test_patching_default_positions_fit_the_model(bpe_model_dir, monkeypatch, tm
 
     page = str(Path(interplab.app.__file__).parent / "pages" / "10_Patching.py")
     monkeypatch.setenv("INTERPLAB_HOME", str(tmp_path / "home"))
-    for model, want in ((str(bpe_model_dir), "all"), ("zoo:toy-chat", "each")):
+    both = ["resid_pre", "attn_z"]
+    for model, positions, sites in ((str(bpe_model_dir), "each", both), ("zoo:toy-chat", "each", both),
+                                    ("real:smollm2-135m-instruct", "all", ["attn_z"])):
         monkeypatch.setenv("INTERPLAB_DEFAULT_MODEL", model)
         at = AppTest.from_file(page, default_timeout=240).run()
         assert not at.exception, at.exception
-        assert at.selectbox(key="pt_positions").value == want, model
+        assert at.selectbox(key="pt_positions").value == positions, model
+        assert at.multiselect(key="pt_sites").value == sites, model

@@ -61,16 +61,20 @@ st.caption("Which activations carry the difference between a clean and a corrupt
            "corrupt prompt and writes in one clean activation per cell; 1 = the clean answer is fully restored. "
            "Attribution patching estimates the whole grid from one backward pass.")
 
+MAX_DEFAULT_CELLS = 3000     # a default grid of at most this many patched forwards (~1 min on 2 CPU cores)
 picked = page_model("pt")
 model, model_key, is_new = picked.load(), picked.key, picked.is_new
 show_reopened_run(("patching", "lenses-facts"))   # a saved run reopened from the Runs page
 
 if is_new:  # a new model: new default pair, with its answers (" Paris" / " Rome" on a real model)
     _pair = default_fact_pair(model)
-    # a real model's chat-templated pair has ~40 positions: one cell each is a ~30-minute job, a layer at
-    # once ~300 forwards (about a minute); the organisms' short prompts keep one cell per position
+    # one cell per position unless that grid is large (SmolLM2's chat-templated pair: 12,600 cells, ~30 min);
+    # then whole layers, heads only: resid_pre over every position restores the clean run by construction
+    _cells = model.n_layers * (1 + model.n_heads) * len(model.tokenizer(_pair.clean)["input_ids"])
+    _big = _cells > MAX_DEFAULT_CELLS and not is_organism(picked)
     st.session_state.update(pt_clean=_pair.clean, pt_corrupt=_pair.corrupt, pt_answer=_pair.answer,
-                            pt_wrong=_pair.wrong, pt_positions="each" if is_organism(picked) else "all")
+                            pt_wrong=_pair.wrong, pt_positions="all" if _big else "each",
+                            pt_sites=["attn_z"] if _big else ["resid_pre", "attn_z"])
 
 c1, c2 = st.columns(2)
 with c1:
@@ -82,7 +86,7 @@ with c2:
     wrong = st.text_input("Wrong token (corrupt)", key="pt_wrong", help="empty: the corrupt run's top token")
 c1, c2, c3, c4 = st.columns([3, 1, 1, 1])
 with c1:
-    sites = st.multiselect("Sites", list(PATCH_KINDS), default=["resid_pre", "attn_z"], key="pt_sites",
+    sites = st.multiselect("Sites", list(PATCH_KINDS), key="pt_sites",
                            help="attn_z is patched per query head (GQA: heads of one KV group share keys/values)")
 with c2:
     direction = st.selectbox("Direction", ["denoise", "noise"], key="pt_direction",
